@@ -1,0 +1,51 @@
+// Dispatcher: runs an op call on its device, or along the fallback chain (DESIGN.md, "The fallback
+// chain").
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tessera/device.h"
+#include "tessera/op.h"
+
+namespace tessera {
+
+// Counters of one fallback route, e.g. vulkan:0 -> cpu:0.
+struct FallbackRoute {
+  std::string from;
+  std::string to;
+  std::uint64_t ops = 0;
+  std::uint64_t bytes = 0;  // bytes copied to the fallback device and back
+};
+
+// Thread-safe.
+class Dispatcher {
+ public:
+  // The devices tried, in order, when a call's own device can not run it. Empty: no fallback.
+  void set_chain(std::vector<Device*> chain);
+  std::vector<Device*> chain() const;
+
+  // Runs |call| (outputs allocated, on the device of its tensors) on |device| when it supports it;
+  // otherwise copies the tensors to the first device of the chain that supports the call, runs it
+  // there and copies the outputs back (warning once per op, device and reason, and counting);
+  // otherwise throws UnsupportedOperation with the message of DESIGN.md.
+  void run(Device& device, const OpCall& call);
+
+  std::vector<FallbackRoute> routes() const;
+  void reset_stats();
+
+ private:
+  void run_fallback(Device& device, Device& target, const OpCall& call, const std::string& why);
+  [[noreturn]] void fail(Device& device, const OpCall& call, const std::string& why,
+                         const std::vector<std::string>& tried, bool no_chain) const;
+
+  mutable std::mutex mu_;
+  std::vector<Device*> chain_;
+  std::vector<FallbackRoute> routes_;
+  std::set<std::string> warned_;
+};
+
+}  // namespace tessera

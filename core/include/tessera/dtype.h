@@ -1,0 +1,62 @@
+// Element types of tensors.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace tessera {
+
+enum class DType : std::uint8_t { f32, f64, f16, bf16, i32, u8 };
+
+inline constexpr int kNumDTypes = 6;
+
+// Size of one element in bytes.
+constexpr std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f64: return 8;
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::f16:
+    case DType::bf16: return 2;
+    case DType::u8: return 1;
+  }
+  return 0;
+}
+
+// Lower-case name as printed in messages and JSON: "f32", "i32", ...
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "i32";
+    case DType::u8: return "u8";
+  }
+  return "?";
+}
+
+// The DType of a C++ element type, for typed host copies.
+template <typename T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<std::int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<std::uint8_t> {
+  static constexpr DType value = DType::u8;
+};
+template <typename T>
+inline constexpr DType dtype_of_v = dtype_of<T>::value;
+
+}  // namespace tessera

@@ -1,0 +1,51 @@
+// Host memory building blocks for plugins whose devices use ordinary host memory (the CPU
+// plugin, test doubles, simple out-of-tree plugins).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "tessera/allocator.h"
+#include "tessera/queue.h"
+
+namespace tessera {
+
+// 64-byte aligned host memory; host_ptr() is always set.
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(std::size_t bytes);  // throws std::bad_alloc
+  ~HostBuffer() override;
+  std::size_t size() const override { return size_; }
+  void* host_ptr() const override { return data_; }
+
+ private:
+  void* data_;
+  std::size_t size_;
+};
+
+// Allocates HostBuffers; memory() reports the machine's RAM (MemTotal, MemAvailable).
+class HostAllocator final : public Allocator {
+ public:
+  explicit HostAllocator(std::string device_id) : device_id_(std::move(device_id)) {}
+  std::unique_ptr<Buffer> allocate(std::size_t bytes) override;
+  MemoryInfo memory() const override;
+
+ private:
+  std::string device_id_;
+};
+
+// A synchronous queue over host-visible buffers: every call completes before it returns.
+class HostQueue final : public Queue {
+ public:
+  void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
+  void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
+  void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+            std::size_t bytes) override;
+  void synchronize() override {}
+};
+
+// The machine's memory from /proc/meminfo (MemTotal, MemAvailable).
+MemoryInfo host_memory_info();
+
+}  // namespace tessera

@@ -1,0 +1,149 @@
+// The op set: every op is defined once here (name, inputs, outputs, attributes) and its shape rule
+// lives in core/src/op_table.cpp. Plugins register kernels for these ids. Adding or reordering an
+// op changes the plugin ABI (TESSERA_PLUGIN_ABI_VERSION in plugin.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "tessera/tensor.h"
+
+namespace tessera {
+
+enum class OpId : std::uint16_t {
+  matmul,                  // (a, b) -> op(a) @ op(b); 2-D, MatmulAttrs
+  add,                     // (a, b) -> a + b, broadcast (strided inputs)
+  sub,                     // (a, b) -> a - b, broadcast (strided inputs)
+  mul,                     // (a, b) -> a * b, broadcast (strided inputs)
+  div,                     // (a, b) -> a / b, broadcast (strided inputs)
+  add_scalar,              // (a) -> a + s, ScalarAttrs
+  mul_scalar,              // (a) -> a * s, ScalarAttrs
+  relu,                    // (x) -> max(x, 0)
+  relu_backward,           // (grad, x) -> grad * (x > 0)
+  exp,                     // (x) -> e^x
+  log,                     // (x) -> ln x
+  tanh,                    // (x) -> tanh x
+  sigmoid,                 // (x) -> 1 / (1 + e^-x)
+  sum,                     // (x) -> sum along axis, AxisAttrs
+  mean,                    // (x) -> mean along axis, AxisAttrs
+  max,                     // (x) -> max along axis, AxisAttrs
+  argmax,                  // (x) -> i32 index of the max along axis (first on ties), AxisAttrs
+  softmax,                 // (x) -> softmax along axis, AxisAttrs (keepdim ignored)
+  log_softmax,             // (x) -> log_softmax along axis, AxisAttrs (keepdim ignored)
+  cross_entropy,           // (logits [N,C], labels i32 [N]) -> mean loss, shape []
+  cross_entropy_backward,  // (logits, labels, grad []) -> d loss / d logits [N,C]
+  conv2d,                  // (x [N,C,H,W], w [O,C,KH,KW]) -> [N,O,HO,WO], Conv2dAttrs
+  conv2d_backward_input,   // (grad [N,O,HO,WO], w) -> [N,C,H,W] (shape given), Conv2dAttrs
+  conv2d_backward_weight,  // (grad [N,O,HO,WO], x) -> [O,C,KH,KW] (shape given), Conv2dAttrs
+  max_pool2d,              // (x [N,C,H,W]) -> (y [N,C,HO,WO], i32 argmax h*W+w), Pool2dAttrs
+  max_pool2d_backward,     // (grad [N,C,HO,WO], indices) -> [N,C,H,W] (shape given), Pool2dAttrs
+  copy,                    // (x strided) -> contiguous copy (strided inputs)
+  fill,                    // () -> out[...] = s, in place, ScalarAttrs
+  sgd_update,              // (grad) -> param, momentum updated in place, SgdAttrs
+  adam_update,             // (grad) -> param, m, v updated in place, AdamAttrs
+};
+
+inline constexpr int kNumOps = static_cast<int>(OpId::adam_update) + 1;
+inline constexpr int kMaxOpInputs = 3;
+inline constexpr int kMaxOpOutputs = 3;
+
+struct NoAttrs {};
+struct MatmulAttrs {
+  bool trans_a = false;  // use a^T ([K,M] stored)
+  bool trans_b = false;  // use b^T ([N,K] stored)
+};
+struct ScalarAttrs {
+  double value = 0;
+};
+struct AxisAttrs {
+  int axis = -1;  // already normalised to [0, rank) when a kernel sees it
+  bool keepdim = false;
+};
+struct Conv2dAttrs {
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+};
+struct Pool2dAttrs {
+  int kernel_h = 2, kernel_w = 2;
+  int stride_h = 2, stride_w = 2;
+};
+// param -= lr * v, where v = momentum * v + (1 - dampening) * (grad + weight_decay * param), as
+// torch.optim.SGD (v starts as the first gradient when momentum > 0; with momentum == 0 the
+// momentum buffer is not touched). Nesterov uses grad + momentum * v.
+struct SgdAttrs {
+  float lr = 0.01f;
+  float momentum = 0;
+  float dampening = 0;
+  float weight_decay = 0;
+  bool nesterov = false;
+  bool first_step = false;  // v = grad (no dampening) on the first step, as PyTorch does
+};
+// Adam as torch.optim.Adam (L2 weight decay added to the gradient); step counts from 1.
+struct AdamAttrs {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0;
+  std::int64_t step = 1;
+};
+
+using OpAttrs = std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2dAttrs,
+                             Pool2dAttrs, SgdAttrs, AdamAttrs>;
+
+// One call of an op: the tensors and attributes a kernel sees. Inputs and outputs live on the
+// same device. Unless the op's definition says `strided_inputs`, every input is contiguous (it may
+// start at a non-zero offset). Outputs are always contiguous and already allocated; for in-place
+// ops (`inplace`) they hold the values to update.
+struct OpCall {
+  OpId op{};
+  std::array<Tensor, kMaxOpInputs> inputs{};
+  std::array<Tensor, kMaxOpOutputs> outputs{};
+  int num_inputs = 0;
+  int num_outputs = 0;
+  OpAttrs attrs{};
+
+  const Tensor& in(int i) const { return inputs[static_cast<std::size_t>(i)]; }
+  const Tensor& out(int i) const { return outputs[static_cast<std::size_t>(i)]; }
+  template <typename A>
+  const A& attr() const {
+    return std::get<A>(attrs);
+  }
+  // "f32, [64,32,26,26]": the first input's (or output's) dtype and shape, for messages.
+  std::string describe() const;
+};
+
+// Shape and dtype of one output, computed by an op's shape rule.
+struct TensorSpec {
+  Shape shape;
+  DType dtype = DType::f32;
+};
+
+// The definition of one op, shared by every plugin.
+struct OpDef {
+  OpId id;
+  std::string_view name;
+  int num_inputs;
+  int num_outputs;
+  bool strided_inputs;  // kernels accept inputs with any strides (zero for broadcast)
+  bool inplace;         // outputs are read and written (optimizer updates, fill)
+  bool differentiable;  // has a gradient rule in train/
+  // The shape rule: checks the inputs and attributes of |call| and fills |outputs| (one spec per
+  // output). For ops whose output shape the caller gives (the backward ops, in-place ops) the
+  // specs arrive filled and are checked. Throws InvalidArgument naming the op and the shapes.
+  void (*infer)(const OpCall& call, std::span<TensorSpec> outputs);
+};
+
+// The definition of |op|.
+const OpDef& op_def(OpId op);
+// All ops in id order.
+std::span<const OpDef> op_defs();
+// The id of the op named |name|, or false when there is none.
+bool op_from_name(std::string_view name, OpId& out);
+inline std::string_view op_name(OpId op) { return op_def(op).name; }
+
+}  // namespace tessera

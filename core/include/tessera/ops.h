@@ -1,0 +1,57 @@
+// The op front-end: one function per op. Each checks its arguments with the op's shape rule,
+// allocates the outputs on the device of the inputs and dispatches (dispatch.h). Inputs must share
+// one device; results stay on it, even when the op ran on a fallback device.
+#pragma once
+
+#include <utility>
+
+#include "tessera/op.h"
+#include "tessera/tensor.h"
+
+namespace tessera {
+
+// Runs a prepared call: fills in the outputs the shape rule gives (outputs already present are
+// checked and used), then dispatches. The building block of every function below.
+void run_op(OpCall& call);
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add_scalar(const Tensor& a, double s);
+Tensor mul_scalar(const Tensor& a, double s);
+Tensor relu(const Tensor& x);
+Tensor relu_backward(const Tensor& grad, const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor sum(const Tensor& x, int axis, bool keepdim = false);
+Tensor mean(const Tensor& x, int axis, bool keepdim = false);
+Tensor max(const Tensor& x, int axis, bool keepdim = false);
+Tensor argmax(const Tensor& x, int axis, bool keepdim = false);
+Tensor softmax(const Tensor& x, int axis = -1);
+Tensor log_softmax(const Tensor& x, int axis = -1);
+// Mean cross-entropy of |logits| [N,C] against i32 class |labels| [N]; a label outside [0, C)
+// gives NaN on every device. Returns a tensor of shape [].
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& grad);
+Tensor conv2d(const Tensor& x, const Tensor& w, Conv2dAttrs attrs = {});
+Tensor conv2d_backward_input(const Tensor& grad, const Tensor& w, const Shape& input_shape,
+                             Conv2dAttrs attrs = {});
+Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& weight_shape,
+                              Conv2dAttrs attrs = {});
+// Returns (values, i32 indices of the max within each input plane: h * W + w).
+std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, Pool2dAttrs attrs = {});
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Shape& input_shape,
+                           Pool2dAttrs attrs = {});
+// A contiguous copy (also what Tensor::contiguous() uses).
+Tensor copy(const Tensor& x);
+// Sets every element of the contiguous tensor |t| to |value|.
+void fill_(Tensor& t, double value);
+// Optimizer steps, in place on |param| and the state tensors (all contiguous, same shape).
+void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum, const SgdAttrs& attrs);
+void adam_update_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamAttrs& attrs);
+
+}  // namespace tessera

@@ -1,0 +1,34 @@
+// Queue: ordered, possibly asynchronous work on one device.
+#pragma once
+
+#include <cstddef>
+
+#include "tessera/buffer.h"
+
+namespace tessera {
+
+// Every operation is ordered after all work enqueued earlier on the same queue. Only read() and
+// synchronize() wait for the device; everything else may return before the device has run it.
+// All methods are thread-safe. Failures throw BackendError (or OutOfMemory) and leave the queue
+// usable.
+class Queue {
+ public:
+  virtual ~Queue() = default;
+
+  // Copies |bytes| from host memory |src| into |dst| at byte |offset|. |src| may be reused as
+  // soon as the call returns (the queue stages or waits as needed).
+  virtual void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) = 0;
+
+  // Copies |bytes| of |src| at byte |offset| into host memory |dst|. Waits for earlier work;
+  // the bytes are in |dst| when the call returns.
+  virtual void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) = 0;
+
+  // Copies |bytes| between two buffers of this queue's device.
+  virtual void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                    std::size_t bytes) = 0;
+
+  // Blocks until all work enqueued so far has finished.
+  virtual void synchronize() = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,59 @@
+#include "tessera/host.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <string>
+
+#include "tessera/errors.h"
+
+namespace tessera {
+
+HostBuffer::HostBuffer(std::size_t bytes) : size_(bytes) {
+  const std::size_t rounded = (bytes + 63) / 64 * 64;
+  data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (!data_) throw std::bad_alloc();
+}
+
+HostBuffer::~HostBuffer() { std::free(data_); }
+
+std::unique_ptr<Buffer> HostAllocator::allocate(std::size_t bytes) {
+  try {
+    return std::make_unique<HostBuffer>(bytes);
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemory(device_id_, bytes, memory().free);
+  }
+}
+
+MemoryInfo HostAllocator::memory() const { return host_memory_info(); }
+
+MemoryInfo host_memory_info() {
+  MemoryInfo info;
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::size_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    if (key == "MemTotal:") info.total = kib * 1024;
+    if (key == "MemAvailable:") info.free = kib * 1024;
+    std::getline(in, unit);
+  }
+  return info;
+}
+
+void HostQueue::write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) {
+  std::memcpy(static_cast<std::byte*>(dst.host_ptr()) + offset, src, bytes);
+}
+
+void HostQueue::read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) {
+  std::memcpy(dst, static_cast<const std::byte*>(src.host_ptr()) + offset, bytes);
+}
+
+void HostQueue::copy(const Buffer& src, std::size_t src_offset, Buffer& dst,
+                     std::size_t dst_offset, std::size_t bytes) {
+  std::memmove(static_cast<std::byte*>(dst.host_ptr()) + dst_offset,
+               static_cast<const std::byte*>(src.host_ptr()) + src_offset, bytes);
+}
+
+}  // namespace tessera

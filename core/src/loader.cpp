@@ -1,0 +1,251 @@
+#include "tessera/loader.h"
+
+#include <dlfcn.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <optional>
+
+#include <boost/dll/shared_library.hpp>
+#include <fmt/format.h>
+
+#include "tessera/log.h"
+#include "tessera/plugin.h"
+
+namespace tessera {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kPrefix = "libtessera-plugin-";
+constexpr std::string_view kSuffix = ".so";
+
+bool plugin_file_name(const fs::path& p, std::string& name) {
+  const std::string file = p.filename().string();
+  if (file.size() <= kPrefix.size() + kSuffix.size() || !file.starts_with(kPrefix) ||
+      !file.ends_with(kSuffix))
+    return false;
+  name = file.substr(kPrefix.size(), file.size() - kPrefix.size() - kSuffix.size());
+  return true;
+}
+
+std::string group_writers(const struct stat& st) {
+  if (st.st_mode & S_IWOTH) return "everyone";
+  if (!(st.st_mode & S_IWGRP) || st.st_gid == 0) return {};
+  const struct group* g = getgrgid(st.st_gid);
+  const struct passwd* u = getpwuid(st.st_uid);
+  // A user-private group (same name as the owner) adds no other writer.
+  if (g && u && std::string_view(g->gr_name) == u->pw_name) return {};
+  return fmt::format("group '{}'", g ? g->gr_name : std::to_string(st.st_gid));
+}
+
+// Checks the ELF header: "" when |path| is a 64/32-bit ELF shared object, else why not.
+std::string elf_problem(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::array<unsigned char, 18> h{};
+  if (!in.read(reinterpret_cast<char*>(h.data()), h.size()))
+    return "not an ELF shared object (the file is too short)";
+  if (h[0] != 0x7f || h[1] != 'E' || h[2] != 'L' || h[3] != 'F')
+    return "not an ELF shared object (wrong magic bytes)";
+  const unsigned type = h[5] == 1 ? h[16] | (h[17] << 8) : (h[16] << 8) | h[17];
+  if (type != 3) return fmt::format("an ELF file but not a shared object (e_type {})", type);
+  return {};
+}
+
+// Turns dlerror's text into a reason: a missing dependency is named as such.
+std::string open_problem(const fs::path& path, const std::string& dl) {
+  if (dl.find("cannot open shared object file") != std::string::npos &&
+      dl.find(path.filename().string()) != 0 && !dl.starts_with(path.string()))
+    return fmt::format("missing dependency: {}", dl);
+  if (dl.find("undefined symbol") != std::string::npos)
+    return fmt::format("undefined symbol (built against another Tessera or library?): {}", dl);
+  return dl.empty() ? "dlopen failed" : dl;
+}
+
+struct Attempt {
+  PluginRecord record;
+  std::optional<LoadedPlugin> plugin;
+};
+
+Attempt load_one(const fs::path& path, const std::string& name) {
+  Attempt a;
+  PluginRecord& r = a.record;
+  r.path = path;
+  r.name = name;
+  auto fail = [&](LoadStage stage, std::string reason) {
+    r.outcome = LoadOutcome::failed;
+    r.stage = stage;
+    r.reason = std::move(reason);
+    return std::move(a);
+  };
+
+  if (std::string why = unsafe_permissions(path); !why.empty())
+    return fail(LoadStage::permissions, why);
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return fail(LoadStage::format, "not a regular file");
+  if (std::string why = elf_problem(path); !why.empty()) return fail(LoadStage::format, why);
+
+  boost::dll::shared_library lib;
+  boost::dll::fs::error_code dl_ec;
+  dlerror();
+  lib.load(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, dl_ec);
+  if (dl_ec || !lib.is_loaded()) {
+    const char* dl = dlerror();
+    return fail(LoadStage::open, open_problem(path, dl ? dl : dl_ec.message()));
+  }
+  if (!lib.has(TESSERA_PLUGIN_ENTRY_SYMBOL))
+    return fail(LoadStage::entry_point,
+                fmt::format("no entry point: the library does not export {} (define it with "
+                            "TESSERA_DEFINE_PLUGIN)",
+                            TESSERA_PLUGIN_ENTRY_SYMBOL));
+  auto entry = lib.get<const TesseraPluginDescriptor*()>(TESSERA_PLUGIN_ENTRY_SYMBOL);
+  const TesseraPluginDescriptor* d = entry();
+  if (!d) return fail(LoadStage::entry_point, "the entry point returned no descriptor");
+  // abi_version is the first field in every ABI version; nothing else is read before it matches.
+  if (d->abi_version != TESSERA_PLUGIN_ABI_VERSION)
+    return fail(LoadStage::abi,
+                fmt::format("incompatible ABI version (plugin: {}, runtime: {}); rebuild the "
+                            "plugin against this Tessera SDK",
+                            d->abi_version, TESSERA_PLUGIN_ABI_VERSION));
+  if (d->struct_size != sizeof(TesseraPluginDescriptor))
+    return fail(LoadStage::abi, fmt::format("descriptor size {} differs from the runtime's {}",
+                                            d->struct_size, sizeof(TesseraPluginDescriptor)));
+  r.version = d->version ? d->version : "";
+  const std::string_view toolchain = d->toolchain ? d->toolchain : "";
+  if (toolchain != TESSERA_TOOLCHAIN_FINGERPRINT)
+    return fail(LoadStage::abi,
+                fmt::format("toolchain mismatch (plugin: '{}', runtime: '{}'); build the plugin "
+                            "with the same C++ standard library",
+                            toolchain, TESSERA_TOOLCHAIN_FINGERPRINT));
+  if (!d->name || name != d->name)
+    return fail(LoadStage::abi, fmt::format("the descriptor names the plugin '{}' but the file is "
+                                            "named for '{}'",
+                                            d->name ? d->name : "", name));
+  if (!d->create || !d->destroy)
+    return fail(LoadStage::abi, "the descriptor has no create or destroy function");
+
+  void* raw = nullptr;
+  std::array<char, 1024> error{};
+  int rc = 1;
+  try {
+    rc = d->create(&raw, error.data(), error.size());
+  } catch (...) {
+    // A plugin that lets an exception out of its C entry point; report it and go on.
+    std::snprintf(error.data(), error.size(), "an exception crossed the plugin's entry point");
+    rc = 1;
+  }
+  if (rc != 0 || !raw)
+    return fail(LoadStage::create, fmt::format("create failed: {}", error.data()[0] ? error.data()
+                                                                                   : "no reason"));
+  auto library = std::make_shared<boost::dll::shared_library>(std::move(lib));
+  std::shared_ptr<Backend> backend(static_cast<Backend*>(raw),
+                                   [library, destroy = d->destroy](Backend* b) { destroy(b); });
+  std::vector<Device*> devs;
+  try {
+    devs = backend->devices();
+    for (std::size_t i = 0; i < devs.size(); ++i) devs[i]->bind(name, static_cast<int>(i));
+    r.reason = backend->status();
+  } catch (const std::exception& e) {
+    return fail(LoadStage::create, fmt::format("listing devices failed: {}", e.what()));
+  }
+  r.outcome = LoadOutcome::loaded;
+  r.stage = devs.empty() ? LoadStage::devices : LoadStage::ready;
+  if (devs.empty() && r.reason.empty()) r.reason = "no devices";
+  a.plugin = LoadedPlugin{name, r.version, path, std::move(backend)};
+  return a;
+}
+
+}  // namespace
+
+std::string_view load_stage_name(LoadStage stage) {
+  switch (stage) {
+    case LoadStage::permissions: return "permissions";
+    case LoadStage::format: return "format";
+    case LoadStage::open: return "open";
+    case LoadStage::entry_point: return "entry_point";
+    case LoadStage::abi: return "abi";
+    case LoadStage::create: return "create";
+    case LoadStage::devices: return "devices";
+    case LoadStage::ready: return "ready";
+  }
+  return "?";
+}
+
+std::string_view load_outcome_name(LoadOutcome outcome) {
+  switch (outcome) {
+    case LoadOutcome::loaded: return "loaded";
+    case LoadOutcome::failed: return "failed";
+    case LoadOutcome::disabled: return "disabled";
+    case LoadOutcome::shadowed: return "shadowed";
+  }
+  return "?";
+}
+
+std::string unsafe_permissions(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};  // the format check reports a missing file
+  if (std::string who = group_writers(st); !who.empty())
+    return fmt::format("refused: the file is writable by {} (chmod go-w {})", who, path.string());
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  if (::stat(dir.c_str(), &st) != 0) return {};
+  if (std::string who = group_writers(st); !who.empty())
+    return fmt::format("refused: its directory is writable by {} (chmod go-w {})", who,
+                       dir.string());
+  return {};
+}
+
+LoadResult load_plugins(const std::vector<fs::path>& dirs, const std::vector<std::string>& disabled) {
+  LoadResult result;
+  for (const fs::path& dir : dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) {
+      log().debug("plugin directory {} does not exist", dir.string());
+      continue;
+    }
+    std::vector<std::pair<fs::path, std::string>> candidates;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      std::string name;
+      if (plugin_file_name(entry.path(), name)) candidates.emplace_back(entry.path(), name);
+    }
+    std::sort(candidates.begin(), candidates.end());
+    for (const auto& [path, name] : candidates) {
+      log().debug("plugin candidate {}", path.string());
+      if (std::find(disabled.begin(), disabled.end(), name) != disabled.end()) {
+        result.records.push_back({path, name, "", LoadOutcome::disabled, LoadStage::format,
+                                  "disabled by TESSERA_DISABLE_PLUGINS"});
+        continue;
+      }
+      auto first = std::find_if(result.plugins.begin(), result.plugins.end(),
+                                [&](const LoadedPlugin& p) { return p.name == name; });
+      if (first != result.plugins.end()) {
+        result.records.push_back({path, name, "", LoadOutcome::shadowed, LoadStage::format,
+                                  fmt::format("shadowed by {}", first->path.string())});
+        continue;
+      }
+      Attempt a = load_one(path, name);
+      log().debug("plugin {}: {} at stage {}{}{}", path.string(),
+                  load_outcome_name(a.record.outcome), load_stage_name(a.record.stage),
+                  a.record.reason.empty() ? "" : ": ", a.record.reason);
+      result.records.push_back(a.record);
+      if (a.plugin) result.plugins.push_back(std::move(*a.plugin));
+    }
+  }
+  return result;
+}
+
+std::vector<fs::path> builtin_plugin_dirs() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&builtin_plugin_dirs), &info) == 0 || !info.dli_fname)
+    return {};
+  std::error_code ec;
+  fs::path lib = fs::canonical(info.dli_fname, ec);
+  if (ec) lib = info.dli_fname;
+  // The build tree mirrors the install layout: <lib dir>/tessera/plugins in both.
+  return {lib.parent_path() / "tessera" / "plugins"};
+}
+
+}  // namespace tessera

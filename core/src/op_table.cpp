@@ -1,0 +1,270 @@
+// The op table: names, arity, layout flags and shape rules of every op, in OpId order.
+#include <fmt/format.h>
+
+#include "tessera/errors.h"
+#include "tessera/op.h"
+
+namespace tessera {
+namespace {
+
+template <typename... Args>
+void require(bool ok, const OpCall& call, fmt::format_string<Args...> f, Args&&... args) {
+  if (!ok)
+    throw InvalidArgument(fmt::format("{}: {}", op_name(call.op),
+                                      fmt::format(f, std::forward<Args>(args)...)));
+}
+
+void require_dtype(const OpCall& call, const Tensor& t, DType want, const char* what) {
+  require(t.dtype() == want, call, "{} must be {}, got {}", what, dtype_name(want),
+          dtype_name(t.dtype()));
+}
+
+void require_same_shape(const OpCall& call, const Tensor& a, const Tensor& b, const char* an,
+                        const char* bn) {
+  require(a.shape() == b.shape(), call, "{} {} and {} {} must have the same shape", an,
+          a.shape().str(), bn, b.shape().str());
+}
+
+void require_rank(const OpCall& call, const Tensor& t, int rank, const char* what) {
+  require(t.rank() == rank, call, "{} must have rank {}, got {}", what, rank, t.shape().str());
+}
+
+void require_spec(const OpCall& call, const TensorSpec& s, const Shape& want, const char* what) {
+  require(s.shape == want, call, "{} must have shape {} for these inputs, got {}", what,
+          want.str(), s.shape.str());
+}
+
+void infer_same(const OpCall& call, std::span<TensorSpec> out) {
+  out[0] = {call.in(0).shape(), call.in(0).dtype()};
+}
+
+void infer_matmul(const OpCall& call, std::span<TensorSpec> out) {
+  const Tensor &a = call.in(0), &b = call.in(1);
+  require_rank(call, a, 2, "a");
+  require_rank(call, b, 2, "b");
+  require(a.dtype() == b.dtype(), call, "a and b must have the same dtype, got {} and {}",
+          dtype_name(a.dtype()), dtype_name(b.dtype()));
+  const auto& at = call.attr<MatmulAttrs>();
+  const std::int64_t m = at.trans_a ? a.dim(1) : a.dim(0), ka = at.trans_a ? a.dim(0) : a.dim(1);
+  const std::int64_t kb = at.trans_b ? b.dim(1) : b.dim(0), n = at.trans_b ? b.dim(0) : b.dim(1);
+  require(ka == kb, call, "inner dimensions differ: {}{} @ {}{} ({} vs {})", a.shape().str(),
+          at.trans_a ? "^T" : "", b.shape().str(), at.trans_b ? "^T" : "", ka, kb);
+  out[0] = {Shape{m, n}, a.dtype()};
+}
+
+void infer_binary(const OpCall& call, std::span<TensorSpec> out) {
+  require(call.in(0).dtype() == call.in(1).dtype(), call,
+          "both operands must have the same dtype, got {} and {}", dtype_name(call.in(0).dtype()),
+          dtype_name(call.in(1).dtype()));
+  out[0] = {broadcast_shapes(call.in(0).shape(), call.in(1).shape()), call.in(0).dtype()};
+}
+
+void infer_relu_backward(const OpCall& call, std::span<TensorSpec> out) {
+  require_same_shape(call, call.in(0), call.in(1), "grad", "x");
+  infer_same(call, out);
+}
+
+Shape reduced_shape(const OpCall& call) {
+  const auto& at = call.attr<AxisAttrs>();
+  const Shape& s = call.in(0).shape();
+  require(at.axis >= 0 && at.axis < s.rank(), call, "axis {} is out of range for shape {}", at.axis,
+          s.str());
+  Shape r;
+  for (int i = 0; i < s.rank(); ++i) {
+    if (i != at.axis)
+      r.push_back(s[i]);
+    else if (at.keepdim)
+      r.push_back(1);
+  }
+  return r;
+}
+
+void infer_reduce(const OpCall& call, std::span<TensorSpec> out) {
+  require(call.in(0).dim(call.attr<AxisAttrs>().axis) > 0 || call.op == OpId::sum, call,
+          "can not reduce an empty axis");
+  out[0] = {reduced_shape(call), call.in(0).dtype()};
+}
+
+void infer_argmax(const OpCall& call, std::span<TensorSpec> out) {
+  require(call.in(0).dim(call.attr<AxisAttrs>().axis) > 0, call, "can not reduce an empty axis");
+  out[0] = {reduced_shape(call), DType::i32};
+}
+
+void infer_softmax(const OpCall& call, std::span<TensorSpec> out) {
+  const int axis = call.attr<AxisAttrs>().axis;
+  require(axis >= 0 && axis < call.in(0).rank(), call, "axis {} is out of range for shape {}",
+          axis, call.in(0).shape().str());
+  infer_same(call, out);
+}
+
+void check_logits_labels(const OpCall& call) {
+  const Tensor &logits = call.in(0), &labels = call.in(1);
+  require_rank(call, logits, 2, "logits");
+  require_rank(call, labels, 1, "labels");
+  require_dtype(call, labels, DType::i32, "labels");
+  require(labels.dim(0) == logits.dim(0), call,
+          "labels {} must have one entry per row of logits {}", labels.shape().str(),
+          logits.shape().str());
+  require(logits.dim(0) > 0 && logits.dim(1) > 0, call, "logits {} must not be empty",
+          logits.shape().str());
+}
+
+void infer_cross_entropy(const OpCall& call, std::span<TensorSpec> out) {
+  check_logits_labels(call);
+  out[0] = {Shape{}, call.in(0).dtype()};
+}
+
+void infer_cross_entropy_backward(const OpCall& call, std::span<TensorSpec> out) {
+  check_logits_labels(call);
+  require(call.in(2).numel() == 1, call, "grad must have one element, got {}",
+          call.in(2).shape().str());
+  out[0] = {call.in(0).shape(), call.in(0).dtype()};
+}
+
+std::int64_t conv_out(std::int64_t in, std::int64_t k, int stride, int pad) {
+  return (in + 2 * pad - k) / stride + 1;
+}
+
+void check_conv_attrs(const OpCall& call) {
+  const auto& at = call.attr<Conv2dAttrs>();
+  require(at.stride_h > 0 && at.stride_w > 0 && at.pad_h >= 0 && at.pad_w >= 0, call,
+          "stride must be positive and padding non-negative, got stride {}x{}, padding {}x{}",
+          at.stride_h, at.stride_w, at.pad_h, at.pad_w);
+}
+
+// The output shape of conv2d for input shape |x| and weight shape |w|.
+Shape conv_shape(const OpCall& call, const Shape& x, const Shape& w) {
+  check_conv_attrs(call);
+  const auto& at = call.attr<Conv2dAttrs>();
+  require(x.rank() == 4 && w.rank() == 4, call,
+          "input {} and weight {} must be [N,C,H,W] and [O,C,KH,KW]", x.str(), w.str());
+  require(x[1] == w[1], call, "input {} has {} channels but weight {} expects {}", x.str(), x[1],
+          w.str(), w[1]);
+  const std::int64_t ho = conv_out(x[2], w[2], at.stride_h, at.pad_h);
+  const std::int64_t wo = conv_out(x[3], w[3], at.stride_w, at.pad_w);
+  require(x[2] + 2 * at.pad_h >= w[2] && x[3] + 2 * at.pad_w >= w[3] && ho > 0 && wo > 0, call,
+          "kernel {}x{} is larger than the padded input {}x{}", w[2], w[3], x[2] + 2 * at.pad_h,
+          x[3] + 2 * at.pad_w);
+  return Shape{x[0], w[0], ho, wo};
+}
+
+void infer_conv2d(const OpCall& call, std::span<TensorSpec> out) {
+  out[0] = {conv_shape(call, call.in(0).shape(), call.in(1).shape()), call.in(0).dtype()};
+}
+
+void infer_conv2d_backward_input(const OpCall& call, std::span<TensorSpec> out) {
+  require(out[0].shape.rank() == 4, call, "the input shape must be [N,C,H,W], got {}",
+          out[0].shape.str());
+  require_spec(call, TensorSpec{call.in(0).shape()},
+               conv_shape(call, out[0].shape, call.in(1).shape()), "grad");
+}
+
+void infer_conv2d_backward_weight(const OpCall& call, std::span<TensorSpec> out) {
+  require(out[0].shape.rank() == 4, call, "the weight shape must be [O,C,KH,KW], got {}",
+          out[0].shape.str());
+  require_spec(call, TensorSpec{call.in(0).shape()},
+               conv_shape(call, call.in(1).shape(), out[0].shape), "grad");
+}
+
+Shape pool_shape(const OpCall& call, const Shape& x) {
+  const auto& at = call.attr<Pool2dAttrs>();
+  require(at.kernel_h > 0 && at.kernel_w > 0 && at.stride_h > 0 && at.stride_w > 0, call,
+          "kernel and stride must be positive, got kernel {}x{}, stride {}x{}", at.kernel_h,
+          at.kernel_w, at.stride_h, at.stride_w);
+  require(x.rank() == 4, call, "input must be [N,C,H,W], got {}", x.str());
+  require(x[2] >= at.kernel_h && x[3] >= at.kernel_w, call, "kernel {}x{} is larger than input {}",
+          at.kernel_h, at.kernel_w, x.str());
+  return Shape{x[0], x[1], (x[2] - at.kernel_h) / at.stride_h + 1,
+               (x[3] - at.kernel_w) / at.stride_w + 1};
+}
+
+void infer_max_pool2d(const OpCall& call, std::span<TensorSpec> out) {
+  const Shape s = pool_shape(call, call.in(0).shape());
+  out[0] = {s, call.in(0).dtype()};
+  out[1] = {s, DType::i32};
+}
+
+void infer_max_pool2d_backward(const OpCall& call, std::span<TensorSpec> out) {
+  require_same_shape(call, call.in(0), call.in(1), "grad", "indices");
+  require_dtype(call, call.in(1), DType::i32, "indices");
+  require_spec(call, TensorSpec{call.in(0).shape()}, pool_shape(call, out[0].shape), "grad");
+}
+
+void infer_fill(const OpCall&, std::span<TensorSpec>) {}
+
+void infer_sgd(const OpCall& call, std::span<TensorSpec> out) {
+  require(out[0].shape == call.in(0).shape() && out[1].shape == call.in(0).shape(), call,
+          "param {}, grad {} and momentum {} must have the same shape", out[0].shape.str(),
+          call.in(0).shape().str(), out[1].shape.str());
+}
+
+void infer_adam(const OpCall& call, std::span<TensorSpec> out) {
+  const Shape& g = call.in(0).shape();
+  require(out[0].shape == g && out[1].shape == g && out[2].shape == g, call,
+          "param {}, grad {}, m {} and v {} must have the same shape", out[0].shape.str(), g.str(),
+          out[1].shape.str(), out[2].shape.str());
+  require(call.attr<AdamAttrs>().step >= 1, call, "step counts from 1, got {}",
+          call.attr<AdamAttrs>().step);
+}
+
+// Columns: id, name, inputs, outputs, strided_inputs, inplace, differentiable, shape rule.
+constexpr OpDef kOps[] = {
+    {OpId::matmul, "matmul", 2, 1, false, false, true, infer_matmul},
+    {OpId::add, "add", 2, 1, true, false, true, infer_binary},
+    {OpId::sub, "sub", 2, 1, true, false, true, infer_binary},
+    {OpId::mul, "mul", 2, 1, true, false, true, infer_binary},
+    {OpId::div, "div", 2, 1, true, false, true, infer_binary},
+    {OpId::add_scalar, "add_scalar", 1, 1, false, false, true, infer_same},
+    {OpId::mul_scalar, "mul_scalar", 1, 1, false, false, true, infer_same},
+    {OpId::relu, "relu", 1, 1, false, false, true, infer_same},
+    {OpId::relu_backward, "relu_backward", 2, 1, false, false, false, infer_relu_backward},
+    {OpId::exp, "exp", 1, 1, false, false, true, infer_same},
+    {OpId::log, "log", 1, 1, false, false, true, infer_same},
+    {OpId::tanh, "tanh", 1, 1, false, false, true, infer_same},
+    {OpId::sigmoid, "sigmoid", 1, 1, false, false, true, infer_same},
+    {OpId::sum, "sum", 1, 1, false, false, true, infer_reduce},
+    {OpId::mean, "mean", 1, 1, false, false, true, infer_reduce},
+    {OpId::max, "max", 1, 1, false, false, true, infer_reduce},
+    {OpId::argmax, "argmax", 1, 1, false, false, false, infer_argmax},
+    {OpId::softmax, "softmax", 1, 1, false, false, true, infer_softmax},
+    {OpId::log_softmax, "log_softmax", 1, 1, false, false, true, infer_softmax},
+    {OpId::cross_entropy, "cross_entropy", 2, 1, false, false, true, infer_cross_entropy},
+    {OpId::cross_entropy_backward, "cross_entropy_backward", 3, 1, false, false, false,
+     infer_cross_entropy_backward},
+    {OpId::conv2d, "conv2d", 2, 1, false, false, true, infer_conv2d},
+    {OpId::conv2d_backward_input, "conv2d_backward_input", 2, 1, false, false, false,
+     infer_conv2d_backward_input},
+    {OpId::conv2d_backward_weight, "conv2d_backward_weight", 2, 1, false, false, false,
+     infer_conv2d_backward_weight},
+    {OpId::max_pool2d, "max_pool2d", 1, 2, false, false, true, infer_max_pool2d},
+    {OpId::max_pool2d_backward, "max_pool2d_backward", 2, 1, false, false, false,
+     infer_max_pool2d_backward},
+    {OpId::copy, "copy", 1, 1, true, false, true, infer_same},
+    {OpId::fill, "fill", 0, 1, false, true, false, infer_fill},
+    {OpId::sgd_update, "sgd_update", 1, 2, false, true, false, infer_sgd},
+    {OpId::adam_update, "adam_update", 1, 3, false, true, false, infer_adam},
+};
+static_assert(std::size(kOps) == kNumOps, "one OpDef per OpId");
+
+}  // namespace
+
+const OpDef& op_def(OpId op) { return kOps[static_cast<int>(op)]; }
+
+std::span<const OpDef> op_defs() { return kOps; }
+
+bool op_from_name(std::string_view name, OpId& out) {
+  for (const OpDef& d : kOps)
+    if (d.name == name) {
+      out = d.id;
+      return true;
+    }
+  return false;
+}
+
+std::string OpCall::describe() const {
+  const Tensor& t = num_inputs > 0 ? in(0) : out(0);
+  if (!t.defined()) return "no tensors";
+  return fmt::format("{}, {}", dtype_name(t.dtype()), t.shape().str());
+}
+
+}  // namespace tessera

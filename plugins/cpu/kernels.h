@@ -1,0 +1,61 @@
+// The CPU plugin's kernels: every op of the core's op table, on host memory.
+#pragma once
+
+#include <array>
+#include <memory>
+
+#include "openblas.h"
+#include "tessera/kernel.h"
+#include "thread_pool.h"
+
+namespace tessera::cpu {
+
+// What every CPU kernel may use. Owned by the device.
+struct Context {
+  ThreadPool& pool;
+  const Blas& blas;
+};
+
+using KernelFn = void (*)(const OpCall& call, Context& ctx);
+using SupportFn = Support (*)(const OpCall& call);
+
+// A kernel that runs synchronously on the calling thread (and the pool): the CPU queue has nothing
+// to wait for, so launch() returns with the outputs written.
+class CpuKernel final : public Kernel {
+ public:
+  CpuKernel(Context& ctx, KernelFn fn, SupportFn rule) : ctx_(ctx), fn_(fn), supports_(rule) {}
+  Support supports(const OpCall& call) const override { return supports_(call); }
+  void launch(const OpCall& call, Queue&) const override { fn_(call, ctx_); }
+
+ private:
+  Context& ctx_;
+  KernelFn fn_;
+  SupportFn supports_;
+};
+
+using KernelTable = std::array<std::unique_ptr<Kernel>, kNumOps>;
+
+// Accepts calls whose first input (or, without inputs, first output) is f32 and whose outputs are
+// f32 or i32: the dtype rule of every CPU kernel but copy and fill.
+Support f32_only(const OpCall& call);
+
+// Each fills its part of the table.
+void register_elementwise(KernelTable& table, Context& ctx);
+void register_reductions(KernelTable& table, Context& ctx);
+void register_nn(KernelTable& table, Context& ctx);
+void register_optim(KernelTable& table, Context& ctx);
+
+// Host pointers of a call's tensors (CPU buffers are host memory).
+template <typename T = float>
+inline const T* in_ptr(const OpCall& call, int i) {
+  return call.in(i).host_data<T>();
+}
+template <typename T = float>
+inline T* out_ptr(const OpCall& call, int i) {
+  return call.out(i).host_data<T>();
+}
+
+// Grain sizes: below these a loop runs on the calling thread alone.
+inline constexpr std::int64_t kElementGrain = 1 << 15;
+
+}  // namespace tessera::cpu

@@ -1,0 +1,182 @@
+// Element-wise kernels: binary ops with broadcasting, scalar ops, activations, copy and fill.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "kernels.h"
+
+namespace tessera::cpu {
+namespace {
+
+template <typename F>
+void unary(const OpCall& call, Context& ctx, F f) {
+  const float* x = in_ptr(call, 0);
+  float* y = out_ptr(call, 0);
+  ctx.pool.parallel_for(call.out(0).numel(), kElementGrain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) y[i] = f(x[i]);
+  });
+}
+
+// Output is contiguous with shape S; both inputs are views of shape S (stride 0 where broadcast).
+template <typename F>
+void binary(const OpCall& call, Context& ctx, F f) {
+  const Tensor &a = call.in(0), &b = call.in(1);
+  const float* pa = a.host_data<float>();
+  const float* pb = b.host_data<float>();
+  float* y = out_ptr(call, 0);
+  const std::int64_t n = call.out(0).numel();
+  if (a.is_contiguous() && b.is_contiguous()) {
+    ctx.pool.parallel_for(n, kElementGrain, [&](std::int64_t s, std::int64_t e) {
+      for (std::int64_t i = s; i < e; ++i) y[i] = f(pa[i], pb[i]);
+    });
+    return;
+  }
+  const Shape& shape = call.out(0).shape();
+  const int rank = shape.rank();
+  const std::int64_t inner = rank ? shape[rank - 1] : 1;
+  const std::int64_t sa = rank ? a.strides()[rank - 1] : 0, sb = rank ? b.strides()[rank - 1] : 0;
+  const std::int64_t rows = inner ? n / inner : 0;
+  ctx.pool.parallel_for(rows, std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(inner, 1)),
+                        [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      std::int64_t oa = 0, ob = 0, rest = r;
+      for (int d = rank - 2; d >= 0; --d) {
+        const std::int64_t idx = rest % shape[d];
+        rest /= shape[d];
+        oa += idx * a.strides()[d];
+        ob += idx * b.strides()[d];
+      }
+      float* yr = y + r * inner;
+      const float* ra = pa + oa;
+      const float* rb = pb + ob;
+      if (sa == 1 && sb == 0) {
+        const float vb = *rb;
+        for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(ra[i], vb);
+      } else if (sa == 0 && sb == 1) {
+        const float va = *ra;
+        for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(va, rb[i]);
+      } else {
+        for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(ra[i * sa], rb[i * sb]);
+      }
+    }
+  });
+}
+
+float scalar(const OpCall& call) { return static_cast<float>(call.attr<ScalarAttrs>().value); }
+
+// Strided copy of elements of type T (any dtype of that size).
+template <typename T>
+void strided_copy(const OpCall& call, Context& ctx) {
+  const Tensor& x = call.in(0);
+  const T* src = x.host_data<T>();
+  T* dst = out_ptr<T>(call, 0);
+  const Shape& shape = x.shape();
+  const int rank = shape.rank();
+  const std::int64_t n = x.numel();
+  if (rank == 0 || x.is_contiguous()) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(T));
+    return;
+  }
+  const std::int64_t inner = shape[rank - 1], step = x.strides()[rank - 1];
+  const std::int64_t rows = inner ? n / inner : 0;
+  ctx.pool.parallel_for(rows, std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(inner, 1)),
+                        [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      std::int64_t off = 0, rest = r;
+      for (int d = rank - 2; d >= 0; --d) {
+        off += (rest % shape[d]) * x.strides()[d];
+        rest /= shape[d];
+      }
+      const T* s = src + off;
+      T* o = dst + r * inner;
+      for (std::int64_t i = 0; i < inner; ++i) o[i] = s[i * step];
+    }
+  });
+}
+
+void copy_kernel(const OpCall& call, Context& ctx) {
+  switch (dtype_size(call.in(0).dtype())) {
+    case 1: return strided_copy<std::uint8_t>(call, ctx);
+    case 2: return strided_copy<std::uint16_t>(call, ctx);
+    case 4: return strided_copy<std::uint32_t>(call, ctx);
+    default: return strided_copy<std::uint64_t>(call, ctx);
+  }
+}
+
+template <typename T>
+void fill_typed(const OpCall& call, Context& ctx) {
+  T* y = out_ptr<T>(call, 0);
+  const T v = static_cast<T>(call.attr<ScalarAttrs>().value);
+  ctx.pool.parallel_for(call.out(0).numel(), kElementGrain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) y[i] = v;
+  });
+}
+
+void fill_kernel(const OpCall& call, Context& ctx) {
+  switch (call.out(0).dtype()) {
+    case DType::f32: return fill_typed<float>(call, ctx);
+    case DType::f64: return fill_typed<double>(call, ctx);
+    case DType::i32: return fill_typed<std::int32_t>(call, ctx);
+    case DType::u8: return fill_typed<std::uint8_t>(call, ctx);
+    default: break;
+  }
+}
+
+Support any_dtype(const OpCall&) { return Support::yes(); }
+
+Support fill_dtypes(const OpCall& call) {
+  const DType t = call.out(0).dtype();
+  if (t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::u8) return Support::yes();
+  return Support::no(fmt::format("fill of {} is not implemented", dtype_name(t)));
+}
+
+}  // namespace
+
+Support f32_only(const OpCall& call) {
+  const Tensor& first = call.num_inputs ? call.in(0) : call.out(0);
+  if (first.dtype() != DType::f32)
+    return Support::no(fmt::format("dtype {} is not supported (f32 only)", dtype_name(first.dtype())));
+  for (int i = 0; i < call.num_outputs; ++i)
+    if (call.out(i).dtype() != DType::f32 && call.out(i).dtype() != DType::i32)
+      return Support::no(fmt::format("output dtype {} is not supported", dtype_name(call.out(i).dtype())));
+  return Support::yes();
+}
+
+void register_elementwise(KernelTable& t, Context& ctx) {
+  auto set = [&](OpId op, KernelFn fn, SupportFn s = f32_only) {
+    t[static_cast<std::size_t>(op)] = std::make_unique<CpuKernel>(ctx, fn, s);
+  };
+  set(OpId::add, [](const OpCall& c, Context& x) { binary(c, x, [](float a, float b) { return a + b; }); });
+  set(OpId::sub, [](const OpCall& c, Context& x) { binary(c, x, [](float a, float b) { return a - b; }); });
+  set(OpId::mul, [](const OpCall& c, Context& x) { binary(c, x, [](float a, float b) { return a * b; }); });
+  set(OpId::div, [](const OpCall& c, Context& x) { binary(c, x, [](float a, float b) { return a / b; }); });
+  set(OpId::add_scalar, [](const OpCall& c, Context& x) {
+    const float s = scalar(c);
+    unary(c, x, [s](float v) { return v + s; });
+  });
+  set(OpId::mul_scalar, [](const OpCall& c, Context& x) {
+    const float s = scalar(c);
+    unary(c, x, [s](float v) { return v * s; });
+  });
+  set(OpId::relu, [](const OpCall& c, Context& x) { unary(c, x, [](float v) { return v > 0 ? v : 0.0f; }); });
+  set(OpId::relu_backward, [](const OpCall& c, Context& x) {
+    const float* g = in_ptr(c, 0);
+    const float* in = in_ptr(c, 1);
+    float* y = out_ptr(c, 0);
+    x.pool.parallel_for(c.out(0).numel(), kElementGrain, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) y[i] = in[i] > 0 ? g[i] : 0.0f;
+    });
+  });
+  set(OpId::exp, [](const OpCall& c, Context& x) { unary(c, x, [](float v) { return std::exp(v); }); });
+  set(OpId::log, [](const OpCall& c, Context& x) { unary(c, x, [](float v) { return std::log(v); }); });
+  set(OpId::tanh, [](const OpCall& c, Context& x) { unary(c, x, [](float v) { return std::tanh(v); }); });
+  set(OpId::sigmoid, [](const OpCall& c, Context& x) {
+    unary(c, x, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
+  });
+  set(OpId::copy, copy_kernel, any_dtype);
+  set(OpId::fill, fill_kernel, fill_dtypes);
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,155 @@
+// Reductions along one axis, softmax, log_softmax and cross-entropy.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "kernels.h"
+
+namespace tessera::cpu {
+namespace {
+
+// A contiguous tensor reduced along |axis| is [outer, n, inner].
+struct Split {
+  std::int64_t outer = 1, n = 1, inner = 1;
+};
+
+Split split(const Shape& s, int axis) {
+  Split r;
+  for (int i = 0; i < axis; ++i) r.outer *= s[i];
+  r.n = s[axis];
+  for (int i = axis + 1; i < s.rank(); ++i) r.inner *= s[i];
+  return r;
+}
+
+// Calls f(x_row_start, stride, out_index) for every (outer, inner) pair, in parallel.
+template <typename F>
+void for_each_line(const OpCall& call, Context& ctx, const Split& sp, F f) {
+  const float* x = in_ptr(call, 0);
+  const std::int64_t lines = sp.outer * sp.inner;
+  ctx.pool.parallel_for(lines, std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(sp.n, 1)),
+                        [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t l = b; l < e; ++l) {
+      const std::int64_t o = l / sp.inner, i = l % sp.inner;
+      f(x + o * sp.n * sp.inner + i, sp.inner, l);
+    }
+  });
+}
+
+template <bool kMean>
+void sum_kernel(const OpCall& call, Context& ctx) {
+  const Split sp = split(call.in(0).shape(), call.attr<AxisAttrs>().axis);
+  float* y = out_ptr(call, 0);
+  for_each_line(call, ctx, sp, [&](const float* x, std::int64_t stride, std::int64_t out) {
+    double acc = 0;
+    for (std::int64_t k = 0; k < sp.n; ++k) acc += x[k * stride];
+    y[out] = static_cast<float>(kMean ? acc / static_cast<double>(sp.n) : acc);
+  });
+}
+
+void max_kernel(const OpCall& call, Context& ctx) {
+  const Split sp = split(call.in(0).shape(), call.attr<AxisAttrs>().axis);
+  float* y = out_ptr(call, 0);
+  for_each_line(call, ctx, sp, [&](const float* x, std::int64_t stride, std::int64_t out) {
+    float m = x[0];
+    for (std::int64_t k = 1; k < sp.n; ++k) m = std::fmax(m, x[k * stride]);
+    y[out] = m;
+  });
+}
+
+void argmax_kernel(const OpCall& call, Context& ctx) {
+  const Split sp = split(call.in(0).shape(), call.attr<AxisAttrs>().axis);
+  auto* y = out_ptr<std::int32_t>(call, 0);
+  for_each_line(call, ctx, sp, [&](const float* x, std::int64_t stride, std::int64_t out) {
+    std::int64_t best = 0;
+    for (std::int64_t k = 1; k < sp.n; ++k)
+      if (x[k * stride] > x[best * stride]) best = k;
+    y[out] = static_cast<std::int32_t>(best);
+  });
+}
+
+template <bool kLog>
+void softmax_kernel(const OpCall& call, Context& ctx) {
+  const Split sp = split(call.in(0).shape(), call.attr<AxisAttrs>().axis);
+  const float* base = in_ptr(call, 0);
+  float* y = out_ptr(call, 0);
+  for_each_line(call, ctx, sp, [&](const float* x, std::int64_t stride, std::int64_t) {
+    float* o = y + (x - base);
+    float m = -std::numeric_limits<float>::infinity();
+    for (std::int64_t k = 0; k < sp.n; ++k) m = std::fmax(m, x[k * stride]);
+    double total = 0;
+    for (std::int64_t k = 0; k < sp.n; ++k) total += std::exp(static_cast<double>(x[k * stride] - m));
+    if (kLog) {
+      const float lse = m + static_cast<float>(std::log(total));
+      for (std::int64_t k = 0; k < sp.n; ++k) o[k * stride] = x[k * stride] - lse;
+    } else {
+      const double inv = 1.0 / total;
+      for (std::int64_t k = 0; k < sp.n; ++k)
+        o[k * stride] = static_cast<float>(std::exp(static_cast<double>(x[k * stride] - m)) * inv);
+    }
+  });
+}
+
+// log(sum(exp(row))) computed stably.
+double log_sum_exp(const float* row, std::int64_t c) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (std::int64_t k = 0; k < c; ++k) m = std::fmax(m, row[k]);
+  double total = 0;
+  for (std::int64_t k = 0; k < c; ++k) total += std::exp(static_cast<double>(row[k] - m));
+  return m + std::log(total);
+}
+
+void cross_entropy_kernel(const OpCall& call, Context&) {
+  const float* x = in_ptr(call, 0);
+  const auto* labels = in_ptr<std::int32_t>(call, 1);
+  const std::int64_t n = call.in(0).dim(0), c = call.in(0).dim(1);
+  double loss = 0;
+  for (std::int64_t r = 0; r < n; ++r) {
+    const std::int32_t label = labels[r];
+    if (label < 0 || label >= c) {
+      loss = std::numeric_limits<double>::quiet_NaN();
+      break;
+    }
+    loss += log_sum_exp(x + r * c, c) - x[r * c + label];
+  }
+  *out_ptr(call, 0) = static_cast<float>(loss / static_cast<double>(n));
+}
+
+void cross_entropy_backward_kernel(const OpCall& call, Context& ctx) {
+  const float* x = in_ptr(call, 0);
+  const auto* labels = in_ptr<std::int32_t>(call, 1);
+  const std::int64_t n = call.in(0).dim(0), c = call.in(0).dim(1);
+  const float scale = *in_ptr(call, 2) / static_cast<float>(n);
+  float* g = out_ptr(call, 0);
+  ctx.pool.parallel_for(n, std::max<std::int64_t>(1, kElementGrain / c), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      const float* row = x + r * c;
+      float* out = g + r * c;
+      const std::int32_t label = labels[r];
+      const double lse = log_sum_exp(row, c);
+      const bool valid = label >= 0 && label < c;
+      for (std::int64_t k = 0; k < c; ++k) {
+        const double p = std::exp(static_cast<double>(row[k]) - lse);
+        out[k] = valid ? static_cast<float>((p - (k == label ? 1.0 : 0.0)) * scale)
+                       : std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void register_reductions(KernelTable& t, Context& ctx) {
+  auto set = [&](OpId op, KernelFn fn) {
+    t[static_cast<std::size_t>(op)] = std::make_unique<CpuKernel>(ctx, fn, f32_only);
+  };
+  set(OpId::sum, sum_kernel<false>);
+  set(OpId::mean, sum_kernel<true>);
+  set(OpId::max, max_kernel);
+  set(OpId::argmax, argmax_kernel);
+  set(OpId::softmax, softmax_kernel<false>);
+  set(OpId::log_softmax, softmax_kernel<true>);
+  set(OpId::cross_entropy, cross_entropy_kernel);
+  set(OpId::cross_entropy_backward, cross_entropy_backward_kernel);
+}
+
+}  // namespace tessera::cpu
