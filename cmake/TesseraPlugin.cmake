@@ -1,11 +1,11 @@
-# tessera_add_plugin(NAME SOURCES src... [LIBRARIES lib...] [INCLUDES dir...])
+# tessera_add_plugin(NAME SOURCES src... [LIBRARIES lib...] [INCLUDES dir...] [NO_INSTALL])
 #
 # Builds libtessera-plugin-NAME.so, a MODULE linked against Tessera::core, into
 # TESSERA_PLUGIN_OUTPUT_DIR, and installs it into TESSERA_PLUGIN_INSTALL_DIR. Only the entry point
 # (TESSERA_DEFINE_PLUGIN) is exported. The same function builds Tessera's own plugins and
 # out-of-tree ones (find_package(Tessera) provides it). The target is named tessera_plugin_NAME.
 function(tessera_add_plugin name)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "" "SOURCES;LIBRARIES;INCLUDES")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "NO_INSTALL" "" "SOURCES;LIBRARIES;INCLUDES")
   if(NOT ARG_SOURCES)
     message(FATAL_ERROR "tessera_add_plugin(${name}): SOURCES is required")
   endif()
@@ -30,5 +30,7 @@ function(tessera_add_plugin name)
     VISIBILITY_INLINES_HIDDEN ON
     INSTALL_RPATH "$ORIGIN/../..")
   target_link_options(${target} PRIVATE -Wl,--no-undefined)
-  install(TARGETS ${target} LIBRARY DESTINATION ${TESSERA_PLUGIN_INSTALL_DIR})
+  if(NOT ARG_NO_INSTALL)
+    install(TARGETS ${target} LIBRARY DESTINATION ${TESSERA_PLUGIN_INSTALL_DIR})
+  endif()
 endfunction()

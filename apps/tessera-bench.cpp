@@ -1,0 +1,191 @@
+// tessera-bench: speed of Tessera's devices beside a peer measured in the same run, as JSON.
+//
+// Cases:
+//   sgemm     C = A B at square sizes on each device, beside OpenBLAS's cblas_sgemm called directly
+//             (with the core type the CPU plugin chose) on the same machine.
+//   dispatch  host overhead of one tiny op (add of two 1-element tensors, output allocated), in
+//             microseconds per op.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tessera/tessera.h"
+
+namespace po = boost::program_options;
+using json = nlohmann::ordered_json;
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Median seconds of |repeat| runs of |fn| after one warm-up run; |repeat| 0 times one run alone.
+double median_seconds(int repeat, const std::function<void()>& fn) {
+  if (repeat == 0) {
+    const auto t0 = Clock::now();
+    fn();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < repeat; ++i) t.push_back(median_seconds(0, fn));
+  return median(t);
+}
+
+std::vector<float> random_vector(std::size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// OpenBLAS's cblas_sgemm, opened like the CPU plugin opens it (one shared instance per process).
+struct OpenBlas {
+  using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                         float, float*, int);
+  Sgemm sgemm = nullptr;
+  std::string core;
+  OpenBlas() {
+    void* h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return;
+    sgemm = reinterpret_cast<Sgemm>(dlsym(h, "cblas_sgemm"));
+    if (auto f = reinterpret_cast<char* (*)()>(dlsym(h, "openblas_get_corename"))) core = f();
+  }
+};
+
+json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, std::mt19937& rng) {
+  const auto a = random_vector(static_cast<std::size_t>(n * n), rng);
+  const auto b = random_vector(static_cast<std::size_t>(n * n), rng);
+  const Tensor ta = Tensor::from(a, {n, n}, &dev), tb = Tensor::from(b, {n, n}, &dev);
+  std::vector<float> out(static_cast<std::size_t>(n * n));
+  const int ni = static_cast<int>(n);
+  auto ours = [&] {
+    const Tensor c = matmul(ta, tb);
+    dev.queue().synchronize();
+  };
+  auto theirs = [&] {
+    peer.sgemm(101, 111, 111, ni, ni, ni, 1.0f, a.data(), ni, b.data(), ni, 0.0f, out.data(), ni);
+  };
+  // Interleaved, so that both see the same machine state; the median of each is reported.
+  ours();
+  if (peer.sgemm) theirs();
+  std::vector<double> t_ours, t_peer;
+  for (int i = 0; i < repeat; ++i) {
+    t_ours.push_back(median_seconds(0, ours));
+    if (peer.sgemm) t_peer.push_back(median_seconds(0, theirs));
+  }
+  const double flop = 2.0 * double(n) * double(n) * double(n);
+  const double s = median(t_ours);
+  json r{{"case", "sgemm"}, {"device", dev.id()}, {"m", n}, {"n", n}, {"k", n},
+         {"seconds", s}, {"gflops", flop / s / 1e9}};
+  if (peer.sgemm) {
+    const double ps = median(t_peer);
+    r["peer"] = fmt::format("OpenBLAS cblas_sgemm ({})", peer.core);
+    r["peer_gflops"] = flop / ps / 1e9;
+    r["ratio"] = ps / s;
+  }
+  return r;
+}
+
+json bench_dispatch(Device& dev, int repeat) {
+  const Tensor a = Tensor::full({1}, 1.0, DType::f32, &dev);
+  const Tensor b = Tensor::full({1}, 2.0, DType::f32, &dev);
+  constexpr int kOps = 20000;
+  const double s = median_seconds(repeat, [&] {
+    for (int i = 0; i < kOps; ++i) (void)add(a, b);
+    dev.queue().synchronize();
+  });
+  return {{"case", "dispatch"}, {"device", dev.id()}, {"op", "add [1] + [1]"},
+          {"ops", kOps}, {"us_per_op", s / kOps * 1e6}};
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("model name")) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  po::options_description opts("Usage: tessera-bench [options]\n\nOptions");
+  std::string device_list, cases, out_file;
+  std::vector<std::int64_t> sizes;
+  int repeat = 5;
+  opts.add_options()("help,h", "show this help")(
+      "devices", po::value(&device_list)->default_value("all"), "comma list of devices, or all")(
+      "cases", po::value(&cases)->default_value("sgemm,dispatch"), "comma list: sgemm, dispatch")(
+      "sizes", po::value(&sizes)->multitoken(), "SGEMM sizes (default 512 1024 2048)")(
+      "repeat", po::value(&repeat)->default_value(5), "timed runs per case (the median is reported)")(
+      "output,o", po::value(&out_file), "also write the JSON to this file");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, opts), vm);
+    po::notify(vm);
+    if (repeat < 1) throw po::error("--repeat must be at least 1");
+  } catch (const po::error& e) {
+    std::cerr << "tessera-bench: " << e.what() << "\n" << opts;
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << opts;
+    return 0;
+  }
+  if (sizes.empty()) sizes = {512, 1024, 2048};
+  try {
+    std::vector<Device*> targets;
+    if (device_list == "all") {
+      targets = devices();
+    } else {
+      for (const DeviceSpec& spec : parse_device_list(device_list, "--devices"))
+        targets.push_back(&device(spec.str()));
+    }
+    OpenBlas peer;  // opened after the plugins, so it shares the CPU plugin's OpenBLAS
+    std::mt19937 rng(std::random_device{}());
+    json results = json::array();
+    const bool do_sgemm = cases.find("sgemm") != std::string::npos;
+    const bool do_dispatch = cases.find("dispatch") != std::string::npos;
+    for (Device* d : targets) {
+      if (do_sgemm)
+        for (std::int64_t n : sizes) {
+          results.push_back(bench_sgemm(*d, n, repeat, peer, rng));
+          std::cerr << results.back().dump() << "\n";
+        }
+      if (do_dispatch) {
+        results.push_back(bench_dispatch(*d, repeat));
+        std::cerr << results.back().dump() << "\n";
+      }
+    }
+    std::string cmd;
+    for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+    json report{{"tessera_version", "0.1.0"},
+                {"command", cmd},
+                {"machine", {{"cpu", cpu_model()}, {"threads", std::thread::hardware_concurrency()}}},
+                {"results", results}};
+    std::cout << report.dump(2) << "\n";
+    if (!out_file.empty()) {
+      const std::string tmp = out_file + ".tmp";
+      std::ofstream(tmp) << report.dump(2) << "\n";
+      std::rename(tmp.c_str(), out_file.c_str());
+    }
+  } catch (const Error& e) {
+    std::cerr << "tessera-bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,180 @@
+// The dispatcher and the fallback chain, with mock devices and kernels.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "mock_device.h"
+#include "tessera/dispatch.h"
+#include "tessera/errors.h"
+
+using namespace tessera;
+using tessera::testing::MockDevice;
+using ::testing::_;
+using ::testing::HasSubstr;
+using ::testing::Invoke;
+using ::testing::Return;
+
+namespace {
+
+// A relu call on |dev| with a fresh input [2,3] and an allocated output.
+OpCall relu_call(Device& dev, std::vector<float> values = {-1, 2, -3, 4, -5, 6}) {
+  OpCall call;
+  call.op = OpId::relu;
+  call.num_inputs = 1;
+  call.num_outputs = 1;
+  call.inputs[0] = Tensor::from(values, {2, 3}, &dev);
+  call.outputs[0] = Tensor::empty({2, 3}, DType::f32, &dev);
+  return call;
+}
+
+// A relu that really computes, on host memory.
+void host_relu(const OpCall& call, Queue&) {
+  const float* x = call.in(0).host_data<float>();
+  float* y = call.out(0).host_data<float>();
+  for (std::int64_t i = 0; i < call.out(0).numel(); ++i) y[i] = x[i] > 0 ? x[i] : 0;
+}
+
+}  // namespace
+
+TEST(Dispatch, RunsNativelyWhenTheDeviceSupportsTheCall) {
+  MockDevice gpu("gpu", 0), cpu("cpu", 0);
+  auto& k = gpu.add(OpId::relu);
+  auto& fallback = cpu.add(OpId::relu);
+  EXPECT_CALL(k, launch(_, _)).WillOnce(Invoke(host_relu));
+  EXPECT_CALL(fallback, launch(_, _)).Times(0);
+  Dispatcher d;
+  d.set_chain({&cpu});
+  OpCall call = relu_call(gpu);
+  d.run(gpu, call);
+  EXPECT_EQ(call.out(0).to_vector<float>(), (std::vector<float>{0, 2, 0, 4, 0, 6}));
+  EXPECT_TRUE(d.routes().empty());
+}
+
+TEST(Dispatch, WithoutFallbackAMissingKernelIsTheDocumentedError) {
+  MockDevice gpu("vulkan", 0);
+  Dispatcher d;
+  OpCall call = relu_call(gpu);
+  try {
+    d.run(gpu, call);
+    FAIL() << "no exception";
+  } catch (const UnsupportedOperation& e) {
+    EXPECT_STREQ(e.what(),
+                 "The operator 'relu' (f32, [2,3]) is not implemented for vulkan:0 (Mock vulkan).\n"
+                 "Set TESSERA_FALLBACK=1 to run it on the CPU instead; this is slower than running "
+                 "natively on vulkan.");
+  }
+}
+
+TEST(Dispatch, ARefusedCallNamesTheKernelsReason) {
+  MockDevice gpu("vulkan", 0);
+  EXPECT_CALL(gpu.add(OpId::relu), supports(_)).WillRepeatedly(Return(Support::no("f16 only")));
+  Dispatcher d;
+  OpCall call = relu_call(gpu);
+  EXPECT_THROW(
+      {
+        try {
+          d.run(gpu, call);
+        } catch (const UnsupportedOperation& e) {
+          EXPECT_THAT(e.what(), HasSubstr("is not supported on vulkan:0 (Mock vulkan): f16 only."));
+          throw;
+        }
+      },
+      UnsupportedOperation);
+}
+
+TEST(Dispatch, FallbackRunsOnTheChainCopiesBackCountsAndWarnsOnce) {
+  MockDevice gpu("vulkan", 0), cpu("cpu", 0);
+  EXPECT_CALL(cpu.add(OpId::relu), launch(_, _)).Times(3).WillRepeatedly(Invoke(host_relu));
+  Dispatcher d;
+  d.set_chain({&cpu});
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) {
+    OpCall call = relu_call(gpu, {1, -1, 2, -2, 3, -3});
+    d.run(gpu, call);
+    EXPECT_EQ(&call.out(0).device(), &gpu);  // the result stays on the original device
+    EXPECT_EQ(call.out(0).to_vector<float>(), (std::vector<float>{1, 0, 2, 0, 3, 0}));
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_THAT(err, HasSubstr("The operator 'relu' (f32, [2,3]) is not implemented on vulkan:0"));
+  EXPECT_THAT(err, HasSubstr("running it on cpu:0"));
+  const auto routes = d.routes();
+  ASSERT_EQ(routes.size(), 1u);
+  EXPECT_EQ(routes[0].from, "vulkan:0");
+  EXPECT_EQ(routes[0].to, "cpu:0");
+  EXPECT_EQ(routes[0].ops, 3u);
+  EXPECT_EQ(routes[0].bytes, 3u * (24 + 24));  // input there, output back
+}
+
+TEST(Dispatch, ADifferentReasonWarnsAgain) {
+  MockDevice gpu("vulkan", 0), cpu("cpu", 0);
+  auto& k = gpu.add(OpId::relu);
+  EXPECT_CALL(k, supports(_))
+      .WillOnce(Return(Support::no("too large")))
+      .WillOnce(Return(Support::no("too large")))
+      .WillOnce(Return(Support::no("strided")));
+  EXPECT_CALL(cpu.add(OpId::relu), launch(_, _)).WillRepeatedly(Invoke(host_relu));
+  Dispatcher d;
+  d.set_chain({&cpu});
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) {
+    OpCall call = relu_call(gpu);
+    d.run(gpu, call);
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 2) << err;
+}
+
+TEST(Dispatch, AChainOfTwoSkipsADeviceThatCanNotRunTheCall) {
+  MockDevice gpu("vulkan", 0), ocl("opencl", 0), cpu("cpu", 0);
+  EXPECT_CALL(ocl.add(OpId::relu), supports(_)).WillRepeatedly(Return(Support::no("no fp32 atomics")));
+  EXPECT_CALL(cpu.add(OpId::relu), launch(_, _)).WillOnce(Invoke(host_relu));
+  Dispatcher d;
+  d.set_chain({&ocl, &cpu});
+  OpCall call = relu_call(gpu);
+  ::testing::internal::CaptureStderr();
+  d.run(gpu, call);
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(call.out(0).to_vector<float>(), (std::vector<float>{0, 2, 0, 4, 0, 6}));
+  ASSERT_EQ(d.routes().size(), 1u);
+  EXPECT_EQ(d.routes()[0].to, "cpu:0");
+}
+
+TEST(Dispatch, WhenNoDeviceOfTheChainCanRunItTheErrorListsEach) {
+  MockDevice gpu("vulkan", 0), ocl("opencl", 0), cpu("cpu", 0);
+  EXPECT_CALL(ocl.add(OpId::relu), supports(_)).WillRepeatedly(Return(Support::no("too large")));
+  Dispatcher d;
+  d.set_chain({&ocl, &cpu});
+  OpCall call = relu_call(gpu);
+  try {
+    d.run(gpu, call);
+    FAIL();
+  } catch (const UnsupportedOperation& e) {
+    EXPECT_THAT(e.what(), HasSubstr("No device of the fallback chain can run it either: "
+                                    "opencl:0 (too large); cpu:0 (not implemented)."));
+  }
+}
+
+TEST(Dispatch, InPlaceOpsCarryTheirStateToTheFallbackDeviceAndBack) {
+  MockDevice gpu("vulkan", 0), cpu("cpu", 0);
+  EXPECT_CALL(cpu.add(OpId::sgd_update), launch(_, _)).WillOnce(Invoke([](const OpCall& c, Queue&) {
+    float* p = c.out(0).host_data<float>();
+    const float* g = c.in(0).host_data<float>();
+    for (int i = 0; i < 2; ++i) p[i] -= c.attr<SgdAttrs>().lr * g[i];
+  }));
+  Dispatcher d;
+  d.set_chain({&cpu});
+  OpCall call;
+  call.op = OpId::sgd_update;
+  call.num_inputs = 1;
+  call.num_outputs = 2;
+  call.inputs[0] = Tensor::from(std::vector<float>{1, 2}, {2}, &gpu);
+  call.outputs[0] = Tensor::from(std::vector<float>{10, 20}, {2}, &gpu);
+  call.outputs[1] = Tensor::from(std::vector<float>{0, 0}, {2}, &gpu);
+  SgdAttrs a;
+  a.lr = 0.5f;
+  call.attrs = a;
+  ::testing::internal::CaptureStderr();
+  d.run(gpu, call);
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(call.out(0).to_vector<float>(), (std::vector<float>{9.5f, 19.0f}));
+}
