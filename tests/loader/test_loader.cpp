@@ -1,0 +1,144 @@
+// The loader against deliberately broken plugins: each is reported at the right stage with a
+// reason, and the process goes on.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "tessera/loader.h"
+
+using namespace tessera;
+namespace fs = std::filesystem;
+
+namespace {
+
+const PluginRecord& record(const LoadResult& r, const std::string& name) {
+  for (const PluginRecord& rec : r.records)
+    if (rec.name == name) return rec;
+  throw std::runtime_error("no record for " + name);
+}
+
+// A private scratch directory (0755) under the build tree.
+fs::path scratch(const std::string& name) {
+  fs::path dir = fs::path(TEST_PLUGIN_DIR).parent_path() / "scratch" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                           fs::perms::others_read | fs::perms::others_exec);
+  return dir;
+}
+
+const fs::path kGood = fs::path(TEST_PLUGIN_DIR) / "libtessera-plugin-good.so";
+
+}  // namespace
+
+class Loader : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { result_ = new LoadResult(load_plugins({TEST_PLUGIN_DIR}, {})); }
+  static LoadResult* result_;
+};
+LoadResult* Loader::result_ = nullptr;
+
+TEST_F(Loader, LoadsTheGoodPluginWithItsDevice) {
+  const PluginRecord& r = record(*result_, "good");
+  EXPECT_EQ(r.outcome, LoadOutcome::loaded);
+  EXPECT_EQ(r.stage, LoadStage::ready);
+  EXPECT_EQ(r.version, "9.9.9");
+  ASSERT_EQ(result_->plugins.size(), 2u);  // good and nodevices
+  EXPECT_EQ(result_->plugins[0].backend->devices().at(0)->id(), "good:0");
+}
+
+TEST_F(Loader, ReportsAWrongAbiVersion) {
+  const PluginRecord& r = record(*result_, "wrongabi");
+  EXPECT_EQ(r.outcome, LoadOutcome::failed);
+  EXPECT_EQ(r.stage, LoadStage::abi);
+  EXPECT_EQ(r.reason, "incompatible ABI version (plugin: 2, runtime: 1); rebuild the plugin against this Tessera SDK");
+}
+
+TEST_F(Loader, ReportsAMissingEntryPoint) {
+  const PluginRecord& r = record(*result_, "noentry");
+  EXPECT_EQ(r.stage, LoadStage::entry_point);
+  EXPECT_NE(r.reason.find("does not export tessera_plugin_entry"), std::string::npos) << r.reason;
+}
+
+TEST_F(Loader, ReportsACreateThatThrew) {
+  const PluginRecord& r = record(*result_, "throws");
+  EXPECT_EQ(r.stage, LoadStage::create);
+  EXPECT_EQ(r.reason, "create failed: boom: the device driver refused to initialise");
+}
+
+TEST_F(Loader, ReportsAFileThatIsNotElf) {
+  const PluginRecord& r = record(*result_, "notelf");
+  EXPECT_EQ(r.stage, LoadStage::format);
+  EXPECT_NE(r.reason.find("not an ELF shared object"), std::string::npos) << r.reason;
+}
+
+TEST_F(Loader, ReportsAMissingDependencyWithTheLoadersMessage) {
+  const PluginRecord& r = record(*result_, "missingdep");
+  EXPECT_EQ(r.stage, LoadStage::open);
+  EXPECT_NE(r.reason.find("missing dependency"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("libtessera_test_dependency.so"), std::string::npos) << r.reason;
+}
+
+TEST_F(Loader, ReportsANameMismatch) {
+  const PluginRecord& r = record(*result_, "misnamed");
+  EXPECT_EQ(r.stage, LoadStage::abi);
+  EXPECT_NE(r.reason.find("'another-name'"), std::string::npos) << r.reason;
+}
+
+TEST_F(Loader, APluginWithoutDevicesIsLoadedButSaysWhy) {
+  const PluginRecord& r = record(*result_, "nodevices");
+  EXPECT_EQ(r.outcome, LoadOutcome::loaded);
+  EXPECT_EQ(r.stage, LoadStage::devices);
+  EXPECT_EQ(r.reason, "no test device found");
+}
+
+TEST(LoaderPermissions, RefusesAWorldWritableFile) {
+  const fs::path dir = scratch("world-writable-file");
+  const fs::path copy = dir / "libtessera-plugin-good.so";
+  fs::copy_file(kGood, copy);
+  ::chmod(copy.c_str(), 0666);
+  const LoadResult r = load_plugins({dir}, {});
+  ASSERT_EQ(r.records.size(), 1u);
+  EXPECT_EQ(r.records[0].stage, LoadStage::permissions);
+  EXPECT_NE(r.records[0].reason.find("writable by everyone"), std::string::npos) << r.records[0].reason;
+  EXPECT_TRUE(r.plugins.empty());
+}
+
+TEST(LoaderPermissions, RefusesAWorldWritableDirectory) {
+  const fs::path dir = scratch("world-writable-dir");
+  fs::copy_file(kGood, dir / "libtessera-plugin-good.so");
+  ::chmod(dir.c_str(), 0777);
+  const LoadResult r = load_plugins({dir}, {});
+  ASSERT_EQ(r.records.size(), 1u);
+  EXPECT_EQ(r.records[0].stage, LoadStage::permissions);
+  EXPECT_NE(r.records[0].reason.find("its directory is writable by everyone"), std::string::npos);
+}
+
+TEST(LoaderOrder, TheFirstPluginOfANameWinsAndLaterOnesAreShadowed) {
+  const fs::path dir = scratch("second");
+  fs::copy_file(kGood, dir / "libtessera-plugin-good.so");
+  const LoadResult r = load_plugins({dir, TEST_PLUGIN_DIR}, {});
+  const PluginRecord& first = r.records.front();
+  EXPECT_EQ(first.path, dir / "libtessera-plugin-good.so");
+  EXPECT_EQ(first.outcome, LoadOutcome::loaded);
+  auto it = std::find_if(r.records.begin() + 1, r.records.end(),
+                         [](const PluginRecord& x) { return x.name == "good"; });
+  ASSERT_NE(it, r.records.end());
+  const PluginRecord& shadowed = *it;
+  EXPECT_EQ(shadowed.outcome, LoadOutcome::shadowed);
+  EXPECT_NE(shadowed.reason.find(dir.string()), std::string::npos);
+}
+
+TEST(LoaderOrder, DisabledPluginsAreNotOpened) {
+  const LoadResult r = load_plugins({TEST_PLUGIN_DIR}, {"good", "throws"});
+  EXPECT_EQ(record(r, "good").outcome, LoadOutcome::disabled);
+  EXPECT_EQ(record(r, "throws").outcome, LoadOutcome::disabled);
+  EXPECT_EQ(r.plugins.size(), 1u);  // nodevices
+}
+
+TEST(LoaderOrder, AMissingDirectoryIsSkipped) {
+  const LoadResult r = load_plugins({"/nonexistent/tessera/plugins"}, {});
+  EXPECT_TRUE(r.records.empty());
+}
