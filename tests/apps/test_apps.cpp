@@ -1,0 +1,135 @@
+// tessera-devices and tessera-bench run as a user runs them: exit codes, output, JSON parsed back.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+using nlohmann::json;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs |cmd| under sh with |env| prepended ("A=1 B=2"), capturing stdout and stderr.
+Result run(const std::string& env, const std::string& cmd) {
+  const std::string err_file = ::testing::TempDir() + "/tessera_app_stderr.txt";
+  const std::string full = "env " + env + " " + cmd + " 2>" + err_file;
+  Result r;
+  FILE* p = popen(full.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+const json* find(const json& list, const std::string& key, const std::string& value) {
+  for (const json& item : list)
+    if (item.value(key, "") == value) return &item;
+  return nullptr;
+}
+
+const std::string kBrokenPath = std::string("TESSERA_PLUGIN_PATH=") + TEST_PLUGIN_DIR;
+
+}  // namespace
+
+TEST(TesseraDevices, JsonListsCpuTheTestPluginsAndEveryBrokenOneWithItsReason) {
+  const Result r = run(kBrokenPath, std::string(DEVICES_BIN) + " --json --verbose");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  const json* cpu = find(j["devices"], "id", "cpu:0");
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_EQ((*cpu)["type"], "CPU");
+  EXPECT_EQ((*cpu)["ops_supported"], (*cpu)["ops_total"]);
+  EXPECT_TRUE((*cpu)["missing_ops"].empty());
+  EXPECT_GT((*cpu)["memory_total"].get<std::uint64_t>(), 0u);
+  const std::pair<const char*, const char*> expected[] = {
+      {"wrongabi", "abi"}, {"noentry", "entry_point"}, {"throws", "create"},
+      {"notelf", "format"}, {"missingdep", "open"}, {"misnamed", "abi"}};
+  for (const auto& [name, stage] : expected) {
+    const json* p = find(j["plugins"], "name", name);
+    ASSERT_NE(p, nullptr) << name;
+    EXPECT_EQ((*p)["status"], "failed") << name;
+    EXPECT_EQ((*p)["stage"], stage) << name;
+    EXPECT_FALSE((*p)["reason"].get<std::string>().empty()) << name;
+  }
+  EXPECT_EQ((*find(j["plugins"], "name", "nodevices"))["reason"], "no test device found");
+  EXPECT_EQ(j["default_device"]["id"], "cpu:0");
+  EXPECT_TRUE(j["fallback"].empty());
+}
+
+TEST(TesseraDevices, TextOutputNamesPluginsDevicesDefaultAndFallback) {
+  const Result r = run("TESSERA_FALLBACK=1", DEVICES_BIN);
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* s : {"Plugins (in search order):", "cpu:0", "Default device: cpu:0", "Fallback: cpu:0", "ops 30/30"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
+TEST(TesseraDevices, CheckRunsAMatmulOnEveryDevice) {
+  const Result r = run("", std::string(DEVICES_BIN) + " --check --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_FALSE(j["check"].empty());
+  for (const json& c : j["check"]) {
+    EXPECT_TRUE(c["ok"].get<bool>()) << c.dump();
+    EXPECT_LT(c["error"].get<double>(), 1e-4);
+  }
+}
+
+TEST(TesseraDevices, AMisspeltDeviceExitsNonZeroAndListsTheValidOnes) {
+  const Result r = run("TESSERA_DEVICE=cpuu", DEVICES_BIN);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("unknown device 'cpuu'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Did you mean 'cpu'?"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Available: cpu:0"), std::string::npos) << r.out;
+}
+
+TEST(TesseraDevices, AnUnavailableDeviceExitsNonZeroAndSaysWhy) {
+  const Result r = run("TESSERA_DEVICE=vulkan TESSERA_DISABLE_PLUGINS=vulkan", std::string(DEVICES_BIN) + " --json");
+  EXPECT_EQ(r.code, 2);
+  const json j = json::parse(r.out);
+  const std::string msg = j["default_device"]["error"];
+  EXPECT_NE(msg.find("'vulkan' was requested (TESSERA_DEVICE=vulkan) but can not run on this system"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Available: cpu:0"), std::string::npos) << msg;
+}
+
+TEST(TesseraDevices, AMalformedVariableIsReportedWithExitTwo) {
+  const Result r = run("TESSERA_FALLBACK=maybe,", DEVICES_BIN);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("TESSERA_FALLBACK='maybe,' is not valid"), std::string::npos) << r.err;
+  const Result bad_option = run("", std::string(DEVICES_BIN) + " --no-such-option");
+  EXPECT_EQ(bad_option.code, 2);
+}
+
+TEST(TesseraBench, WritesJsonWithThePeerAndTheDispatchOverhead) {
+  const Result r = run("", std::string(BENCH_BIN) + " --devices cpu --sizes 64 96 --repeat 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  int sgemm = 0, dispatch = 0;
+  for (const json& res : j["results"]) {
+    if (res["case"] == "sgemm") {
+      ++sgemm;
+      EXPECT_GT(res["gflops"].get<double>(), 0);
+      EXPECT_GT(res["ratio"].get<double>(), 0);
+      EXPECT_NE(res["peer"].get<std::string>().find("OpenBLAS"), std::string::npos);
+    } else if (res["case"] == "dispatch") {
+      ++dispatch;
+      EXPECT_GT(res["us_per_op"].get<double>(), 0);
+    }
+  }
+  EXPECT_EQ(sgemm, 2);
+  EXPECT_EQ(dispatch, 1);
+  EXPECT_EQ(run("", std::string(BENCH_BIN) + " --devices nosuch").code, 1);
+}
