@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs Tessera's build dependencies from Debian's packages (idempotent: apt runs only when one
+# is missing) and configures + builds a tree.
+#   scripts/setup.sh BUILD_DIR [extra cmake arguments...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(g++ cmake ninja-build pkg-config libboost-dev libboost-program-options-dev libspdlog-dev
+          libfmt-dev libopenblas0 nlohmann-json3-dev libgtest-dev libgmock-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "tessera: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+build="$1"
+shift
+cmake -S . -B "$build" -G Ninja "$@" >/dev/null
+cmake --build "$build" --parallel "$(nproc)"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Set up and pass the tests: a Release build with warnings as errors, then the same suite under
+# AddressSanitizer + UndefinedBehaviorSanitizer (skip that with TESSERA_SKIP_SANITIZERS=1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+echo "== build (Release, -Werror)"
+scripts/setup.sh build -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON
+echo "== tests (Release)"
+ctest --test-dir build --output-on-failure --parallel "$jobs"
+
+if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
+  echo "== build (ASan + UBSan)"
+  scripts/setup.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DTESSERA_WERROR=ON -DTESSERA_SANITIZE=address,undefined
+  echo "== tests (ASan + UBSan)"
+  ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure --parallel "$jobs"
+fi
