@@ -18,7 +18,7 @@ std::string core_type_for_this_cpu() {
   // __builtin_cpu_supports also checks that the OS saves the AVX/AVX-512 register state.
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-    return "SkylakeX";
+    return __builtin_cpu_supports("avx512bf16") ? "Cooperlake" : "SkylakeX";
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
   if (__builtin_cpu_supports("avx")) return "SandyBridge";
 #endif

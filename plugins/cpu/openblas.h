@@ -26,7 +26,8 @@ inline constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 // tried when none loads.
 const Blas& blas();
 
-// The OPENBLAS_CORETYPE that matches this CPU's features ("SkylakeX", "Haswell", "SandyBridge"),
+// The OPENBLAS_CORETYPE that matches this CPU's features ("Cooperlake", "SkylakeX", "Haswell",
+// "SandyBridge"),
 // or empty when OpenBLAS's own detection should decide.
 std::string core_type_for_this_cpu();
 
