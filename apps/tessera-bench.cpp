@@ -15,8 +15,8 @@
 #include <random>
 #include <thread>
 
-#include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
 #include "tessera/tessera.h"
@@ -90,8 +90,8 @@ json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, std::m
   }
   const double flop = 2.0 * double(n) * double(n) * double(n);
   const double s = median(t_ours);
-  json r{{"case", "sgemm"}, {"device", dev.id()}, {"m", n}, {"n", n}, {"k", n},
-         {"seconds", s}, {"gflops", flop / s / 1e9}};
+  json r{{"case", "sgemm"}, {"device", dev.id()},      {"m", n}, {"n", n}, {"k", n},
+         {"seconds", s},    {"gflops", flop / s / 1e9}};
   if (peer.sgemm) {
     const double ps = median(t_peer);
     r["peer"] = fmt::format("OpenBLAS cblas_sgemm ({})", peer.core);
@@ -109,8 +109,11 @@ json bench_dispatch(Device& dev, int repeat) {
     for (int i = 0; i < kOps; ++i) (void)add(a, b);
     dev.queue().synchronize();
   });
-  return {{"case", "dispatch"}, {"device", dev.id()}, {"op", "add [1] + [1]"},
-          {"ops", kOps}, {"us_per_op", s / kOps * 1e6}};
+  return {{"case", "dispatch"},
+          {"device", dev.id()},
+          {"op", "add [1] + [1]"},
+          {"ops", kOps},
+          {"us_per_op", s / kOps * 1e6}};
 }
 
 std::string cpu_model() {
@@ -131,8 +134,9 @@ int main(int argc, char** argv) {
       "devices", po::value(&device_list)->default_value("all"), "comma list of devices, or all")(
       "cases", po::value(&cases)->default_value("sgemm,dispatch"), "comma list: sgemm, dispatch")(
       "sizes", po::value(&sizes)->multitoken(), "SGEMM sizes (default 512 1024 2048)")(
-      "repeat", po::value(&repeat)->default_value(5), "timed runs per case (the median is reported)")(
-      "output,o", po::value(&out_file), "also write the JSON to this file");
+      "repeat", po::value(&repeat)->default_value(5),
+      "timed runs per case (the median is reported)")("output,o", po::value(&out_file),
+                                                      "also write the JSON to this file");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -173,10 +177,11 @@ int main(int argc, char** argv) {
     }
     std::string cmd;
     for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
-    json report{{"tessera_version", "0.1.0"},
-                {"command", cmd},
-                {"machine", {{"cpu", cpu_model()}, {"threads", std::thread::hardware_concurrency()}}},
-                {"results", results}};
+    json report{
+        {"tessera_version", "0.1.0"},
+        {"command", cmd},
+        {"machine", {{"cpu", cpu_model()}, {"threads", std::thread::hardware_concurrency()}}},
+        {"results", results}};
     std::cout << report.dump(2) << "\n";
     if (!out_file.empty()) {
       const std::string tmp = out_file + ".tmp";

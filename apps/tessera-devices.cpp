@@ -6,8 +6,8 @@
 #include <iostream>
 #include <random>
 
-#include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
 #include "tessera/tessera.h"
@@ -50,7 +50,8 @@ json check_device(Device& d) {
     (void)matmul(ta, tb).to_vector<float>();  // warm-up: pipelines, kernels, caches
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<float> out = matmul(ta, tb).to_vector<float>();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     double num = 0, den = 0;
     for (std::size_t i = 0; i < out.size(); ++i) {
       num += (out[i] - ref[i]) * (out[i] - ref[i]);
@@ -99,7 +100,8 @@ void print_text(const json& j, bool verbose) {
                p["version"].get<std::string>().empty() ? "-" : p["version"].get<std::string>(),
                p["status"].get<std::string>(), p["path"].get<std::string>());
     if (!p["reason"].get<std::string>().empty())
-      fmt::print("  {:<10} {}{}\n", "", p["status"] == "failed" ? fmt::format("[{}] ", p["stage"].get<std::string>()) : "",
+      fmt::print("  {:<10} {}{}\n", "",
+                 p["status"] == "failed" ? fmt::format("[{}] ", p["stage"].get<std::string>()) : "",
                  p["reason"].get<std::string>());
   }
   fmt::print("\nDevices:\n");
@@ -115,7 +117,8 @@ void print_text(const json& j, bool verbose) {
       for (const auto& [k, v] : d["properties"].items())
         fmt::print("  {:<9} {}: {}\n", "", k, v.get<std::string>());
       if (!d["missing_ops"].empty())
-        fmt::print("  {:<9} missing ops: {}\n", "", fmt::join(d["missing_ops"].get<std::vector<std::string>>(), ", "));
+        fmt::print("  {:<9} missing ops: {}\n", "",
+                   fmt::join(d["missing_ops"].get<std::vector<std::string>>(), ", "));
     }
   }
   fmt::print("\n");
@@ -125,28 +128,35 @@ void print_text(const json& j, bool verbose) {
     fmt::print("Default device: {} ({})\n", j["default_device"]["id"].get<std::string>(),
                j["default_device"]["reason"].get<std::string>());
   const auto chain = j["fallback"].get<std::vector<std::string>>();
-  fmt::print("Fallback: {}\n", chain.empty() ? "off (unsupported ops are errors; TESSERA_FALLBACK=1 runs them on the CPU)"
-                                             : fmt::format("{}", fmt::join(chain, " -> ")));
+  fmt::print("Fallback: {}\n",
+             chain.empty()
+                 ? "off (unsupported ops are errors; TESSERA_FALLBACK=1 runs them on the CPU)"
+                 : fmt::format("{}", fmt::join(chain, " -> ")));
   if (j.contains("check")) {
     fmt::print("\nCheck (256x192 @ 192x128 matmul against an f64 reference):\n");
     for (const auto& c : j["check"]) {
       if (c.contains("error"))
         fmt::print("  {:<9} {:<4} {:8.3f} ms  error {:.2e}\n", c["device"].get<std::string>(),
-                   c["ok"].get<bool>() ? "ok" : "FAIL", c["ms"].get<double>(), c["error"].get<double>());
+                   c["ok"].get<bool>() ? "ok" : "FAIL", c["ms"].get<double>(),
+                   c["error"].get<double>());
       else
-        fmt::print("  {:<9} FAIL {}\n", c["device"].get<std::string>(), c["message"].get<std::string>());
+        fmt::print("  {:<9} FAIL {}\n", c["device"].get<std::string>(),
+                   c["message"].get<std::string>());
     }
   }
   for (const auto& r : j["fallback_routes"])
     fmt::print("Fell back: {} -> {}: {} ops, {} moved\n", r["from"].get<std::string>(),
-               r["to"].get<std::string>(), r["ops"].get<std::uint64_t>(), format_bytes(r["bytes"].get<std::size_t>()));
+               r["to"].get<std::string>(), r["ops"].get<std::uint64_t>(),
+               format_bytes(r["bytes"].get<std::size_t>()));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  po::options_description opts("Usage: tessera-devices [options]\n\nLists Tessera's plugins and devices.\n\nOptions");
-  opts.add_options()("help,h", "show this help")("json", "print JSON (keys documented in docs/tessera-devices.md)")(
+  po::options_description opts(
+      "Usage: tessera-devices [options]\n\nLists Tessera's plugins and devices.\n\nOptions");
+  opts.add_options()("help,h", "show this help")(
+      "json", "print JSON (keys documented in docs/tessera-devices.md)")(
       "verbose,v", "also show features, limits and the ops each device lacks")(
       "check", "run a small matmul on every device and compare it with a reference");
   po::variables_map vm;
@@ -158,8 +168,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (vm.count("help")) {
-    std::cout << opts << "\nExit status: 0 when at least one device works (and --check passed), 1 when "
-                         "none does or a check failed, 2 for bad options or a bad TESSERA_* variable.\n";
+    std::cout << opts
+              << "\nExit status: 0 when at least one device works (and --check passed), 1 when "
+                 "none does or a check failed, 2 for bad options or a bad TESSERA_* variable.\n";
     return 0;
   }
   const bool verbose = vm.count("verbose") > 0, as_json = vm.count("json") > 0;
@@ -201,7 +212,8 @@ int main(int argc, char** argv) {
   }
   j["fallback_routes"] = json::array();
   for (const FallbackRoute& r : fallback_stats())
-    j["fallback_routes"].push_back({{"from", r.from}, {"to", r.to}, {"ops", r.ops}, {"bytes", r.bytes}});
+    j["fallback_routes"].push_back(
+        {{"from", r.from}, {"to", r.to}, {"ops", r.ops}, {"bytes", r.bytes}});
   if (as_json)
     std::cout << j.dump(2) << "\n";
   else

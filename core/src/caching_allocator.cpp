@@ -28,7 +28,9 @@ void Block::release() noexcept {
 CachingAllocator::CachingAllocator(Allocator& raw, std::string device_id)
     : raw_(raw), device_id_(std::move(device_id)) {}
 
-CachingAllocator::~CachingAllocator() { empty_cache(); }
+CachingAllocator::~CachingAllocator() {
+  empty_cache();
+}
 
 std::size_t CachingAllocator::round_size(std::size_t bytes) {
   if (bytes == 0) bytes = 1;

@@ -39,8 +39,8 @@ std::string lower(std::string_view s) {
 bool valid_name(std::string_view name) {
   if (name.empty() || !std::islower(static_cast<unsigned char>(name[0]))) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
-           c == '_' || c == '-';
+    return std::islower(static_cast<unsigned char>(c)) ||
+           std::isdigit(static_cast<unsigned char>(c)) || c == '_' || c == '-';
   });
 }
 
@@ -60,7 +60,9 @@ const char* env(const char* name) {
 
 }  // namespace
 
-std::string DeviceSpec::str() const { return index ? fmt::format("{}:{}", name, *index) : name; }
+std::string DeviceSpec::str() const {
+  return index ? fmt::format("{}:{}", name, *index) : name;
+}
 
 std::vector<DeviceSpec> parse_device_list(std::string_view value, std::string_view variable) {
   const std::string_view v = trim(value);
@@ -134,9 +136,9 @@ int parse_log_level(std::string_view value) {
   const std::string v = lower(trim(value));
   if (v.empty()) return spdlog::level::warn;
   static constexpr std::pair<std::string_view, spdlog::level::level_enum> kLevels[] = {
-      {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
-      {"info", spdlog::level::info},   {"warn", spdlog::level::warn},
-      {"warning", spdlog::level::warn}, {"error", spdlog::level::err},
+      {"trace", spdlog::level::trace},       {"debug", spdlog::level::debug},
+      {"info", spdlog::level::info},         {"warn", spdlog::level::warn},
+      {"warning", spdlog::level::warn},      {"error", spdlog::level::err},
       {"critical", spdlog::level::critical}, {"off", spdlog::level::off}};
   for (const auto& [name, level] : kLevels)
     if (v == name) return level;

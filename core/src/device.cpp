@@ -8,11 +8,16 @@ namespace tessera {
 
 std::string_view device_type_name(DeviceType type) {
   switch (type) {
-    case DeviceType::discrete_gpu: return "discrete GPU";
-    case DeviceType::integrated_gpu: return "integrated GPU";
-    case DeviceType::virtual_gpu: return "virtual GPU";
-    case DeviceType::cpu: return "CPU";
-    case DeviceType::other: return "other";
+    case DeviceType::discrete_gpu:
+      return "discrete GPU";
+    case DeviceType::integrated_gpu:
+      return "integrated GPU";
+    case DeviceType::virtual_gpu:
+      return "virtual GPU";
+    case DeviceType::cpu:
+      return "CPU";
+    case DeviceType::other:
+      return "other";
   }
   return "other";
 }

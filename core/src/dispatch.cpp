@@ -116,8 +116,8 @@ void Dispatcher::fail(Device& device, const OpCall& call, const std::string& why
         "natively on {}.",
         head, device.plugin_name()));
   if (tried.empty())
-    throw UnsupportedOperation(
-        fmt::format("{}\nThe fallback chain has no other device; add one to TESSERA_FALLBACK.", head));
+    throw UnsupportedOperation(fmt::format(
+        "{}\nThe fallback chain has no other device; add one to TESSERA_FALLBACK.", head));
   throw UnsupportedOperation(fmt::format(
       "{}\nNo device of the fallback chain can run it either: {}.", head, fmt::join(tried, "; ")));
 }

@@ -16,7 +16,9 @@ HostBuffer::HostBuffer(std::size_t bytes) : size_(bytes) {
   if (!data_) throw std::bad_alloc();
 }
 
-HostBuffer::~HostBuffer() { std::free(data_); }
+HostBuffer::~HostBuffer() {
+  std::free(data_);
+}
 
 std::unique_ptr<Buffer> HostAllocator::allocate(std::size_t bytes) {
   try {
@@ -26,7 +28,9 @@ std::unique_ptr<Buffer> HostAllocator::allocate(std::size_t bytes) {
   }
 }
 
-MemoryInfo HostAllocator::memory() const { return host_memory_info(); }
+MemoryInfo HostAllocator::memory() const {
+  return host_memory_info();
+}
 
 MemoryInfo host_memory_info() {
   MemoryInfo info;
@@ -50,8 +54,8 @@ void HostQueue::read(const Buffer& src, std::size_t offset, void* dst, std::size
   std::memcpy(dst, static_cast<const std::byte*>(src.host_ptr()) + offset, bytes);
 }
 
-void HostQueue::copy(const Buffer& src, std::size_t src_offset, Buffer& dst,
-                     std::size_t dst_offset, std::size_t bytes) {
+void HostQueue::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+                     std::size_t bytes) {
   std::memmove(static_cast<std::byte*>(dst.host_ptr()) + dst_offset,
                static_cast<const std::byte*>(src.host_ptr()) + src_offset, bytes);
 }

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <optional>
 
-#include <boost/dll/shared_library.hpp>
 #include <fmt/format.h>
+#include <boost/dll/shared_library.hpp>
 
 #include "tessera/log.h"
 #include "tessera/plugin.h"
@@ -139,8 +139,8 @@ Attempt load_one(const fs::path& path, const std::string& name) {
     rc = 1;
   }
   if (rc != 0 || !raw)
-    return fail(LoadStage::create, fmt::format("create failed: {}", error.data()[0] ? error.data()
-                                                                                   : "no reason"));
+    return fail(LoadStage::create,
+                fmt::format("create failed: {}", error.data()[0] ? error.data() : "no reason"));
   auto library = std::make_shared<boost::dll::shared_library>(std::move(lib));
   std::shared_ptr<Backend> backend(static_cast<Backend*>(raw),
                                    [library, destroy = d->destroy](Backend* b) { destroy(b); });
@@ -163,24 +163,36 @@ Attempt load_one(const fs::path& path, const std::string& name) {
 
 std::string_view load_stage_name(LoadStage stage) {
   switch (stage) {
-    case LoadStage::permissions: return "permissions";
-    case LoadStage::format: return "format";
-    case LoadStage::open: return "open";
-    case LoadStage::entry_point: return "entry_point";
-    case LoadStage::abi: return "abi";
-    case LoadStage::create: return "create";
-    case LoadStage::devices: return "devices";
-    case LoadStage::ready: return "ready";
+    case LoadStage::permissions:
+      return "permissions";
+    case LoadStage::format:
+      return "format";
+    case LoadStage::open:
+      return "open";
+    case LoadStage::entry_point:
+      return "entry_point";
+    case LoadStage::abi:
+      return "abi";
+    case LoadStage::create:
+      return "create";
+    case LoadStage::devices:
+      return "devices";
+    case LoadStage::ready:
+      return "ready";
   }
   return "?";
 }
 
 std::string_view load_outcome_name(LoadOutcome outcome) {
   switch (outcome) {
-    case LoadOutcome::loaded: return "loaded";
-    case LoadOutcome::failed: return "failed";
-    case LoadOutcome::disabled: return "disabled";
-    case LoadOutcome::shadowed: return "shadowed";
+    case LoadOutcome::loaded:
+      return "loaded";
+    case LoadOutcome::failed:
+      return "failed";
+    case LoadOutcome::disabled:
+      return "disabled";
+    case LoadOutcome::shadowed:
+      return "shadowed";
   }
   return "?";
 }
@@ -198,7 +210,8 @@ std::string unsafe_permissions(const fs::path& path) {
   return {};
 }
 
-LoadResult load_plugins(const std::vector<fs::path>& dirs, const std::vector<std::string>& disabled) {
+LoadResult load_plugins(const std::vector<fs::path>& dirs,
+                        const std::vector<std::string>& disabled) {
   LoadResult result;
   for (const fs::path& dir : dirs) {
     std::error_code ec;

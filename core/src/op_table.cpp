@@ -10,8 +10,8 @@ namespace {
 template <typename... Args>
 void require(bool ok, const OpCall& call, fmt::format_string<Args...> f, Args&&... args) {
   if (!ok)
-    throw InvalidArgument(fmt::format("{}: {}", op_name(call.op),
-                                      fmt::format(f, std::forward<Args>(args)...)));
+    throw InvalidArgument(
+        fmt::format("{}: {}", op_name(call.op), fmt::format(f, std::forward<Args>(args)...)));
 }
 
 void require_dtype(const OpCall& call, const Tensor& t, DType want, const char* what) {
@@ -30,8 +30,8 @@ void require_rank(const OpCall& call, const Tensor& t, int rank, const char* wha
 }
 
 void require_spec(const OpCall& call, const TensorSpec& s, const Shape& want, const char* what) {
-  require(s.shape == want, call, "{} must have shape {} for these inputs, got {}", what,
-          want.str(), s.shape.str());
+  require(s.shape == want, call, "{} must have shape {} for these inputs, got {}", what, want.str(),
+          s.shape.str());
 }
 
 void infer_same(const OpCall& call, std::span<TensorSpec> out) {
@@ -92,8 +92,8 @@ void infer_argmax(const OpCall& call, std::span<TensorSpec> out) {
 
 void infer_softmax(const OpCall& call, std::span<TensorSpec> out) {
   const int axis = call.attr<AxisAttrs>().axis;
-  require(axis >= 0 && axis < call.in(0).rank(), call, "axis {} is out of range for shape {}",
-          axis, call.in(0).shape().str());
+  require(axis >= 0 && axis < call.in(0).rank(), call, "axis {} is out of range for shape {}", axis,
+          call.in(0).shape().str());
   infer_same(call, out);
 }
 
@@ -248,9 +248,13 @@ static_assert(std::size(kOps) == kNumOps, "one OpDef per OpId");
 
 }  // namespace
 
-const OpDef& op_def(OpId op) { return kOps[static_cast<int>(op)]; }
+const OpDef& op_def(OpId op) {
+  return kOps[static_cast<int>(op)];
+}
 
-std::span<const OpDef> op_defs() { return kOps; }
+std::span<const OpDef> op_defs() {
+  return kOps;
+}
 
 bool op_from_name(std::string_view name, OpId& out) {
   for (const OpDef& d : kOps)

@@ -18,8 +18,8 @@ Device* common_device(const OpCall& call) {
     if (!t.defined()) throw InvalidArgument(fmt::format("{}: {} {} is undefined", name, kind, i));
     if (dev && &t.device() != dev)
       throw InvalidArgument(fmt::format(
-          "{}: tensors are on different devices ({} and {}); move one with .to(device) first",
-          name, dev->id(), t.device().id()));
+          "{}: tensors are on different devices ({} and {}); move one with .to(device) first", name,
+          dev->id(), t.device().id()));
     dev = &t.device();
   };
   for (int i = 0; i < call.num_inputs; ++i) check(call.in(i), "input", i);
@@ -77,8 +77,8 @@ void run_op(OpCall& call) {
     if (!out.defined()) {
       out = Tensor::empty(s.shape, s.dtype, dev);
     } else if (!out.is_contiguous() || out.dtype() != s.dtype) {
-      throw InvalidArgument(fmt::format("{}: output {} must be a contiguous {} tensor", def.name,
-                                        i, dtype_name(s.dtype)));
+      throw InvalidArgument(fmt::format("{}: output {} must be a contiguous {} tensor", def.name, i,
+                                        dtype_name(s.dtype)));
     }
   }
   if (def.strided_inputs && def.num_outputs == 1)
@@ -102,20 +102,42 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return run1(OpId::matmul, {fa, fb}, MatmulAttrs{trans_a, trans_b});
 }
 
-Tensor add(const Tensor& a, const Tensor& b) { return run1(OpId::add, {a, b}); }
-Tensor sub(const Tensor& a, const Tensor& b) { return run1(OpId::sub, {a, b}); }
-Tensor mul(const Tensor& a, const Tensor& b) { return run1(OpId::mul, {a, b}); }
-Tensor div(const Tensor& a, const Tensor& b) { return run1(OpId::div, {a, b}); }
-Tensor add_scalar(const Tensor& a, double s) { return run1(OpId::add_scalar, {a}, ScalarAttrs{s}); }
-Tensor mul_scalar(const Tensor& a, double s) { return run1(OpId::mul_scalar, {a}, ScalarAttrs{s}); }
-Tensor relu(const Tensor& x) { return run1(OpId::relu, {x}); }
+Tensor add(const Tensor& a, const Tensor& b) {
+  return run1(OpId::add, {a, b});
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return run1(OpId::sub, {a, b});
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return run1(OpId::mul, {a, b});
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return run1(OpId::div, {a, b});
+}
+Tensor add_scalar(const Tensor& a, double s) {
+  return run1(OpId::add_scalar, {a}, ScalarAttrs{s});
+}
+Tensor mul_scalar(const Tensor& a, double s) {
+  return run1(OpId::mul_scalar, {a}, ScalarAttrs{s});
+}
+Tensor relu(const Tensor& x) {
+  return run1(OpId::relu, {x});
+}
 Tensor relu_backward(const Tensor& grad, const Tensor& x) {
   return run1(OpId::relu_backward, {grad, x});
 }
-Tensor exp(const Tensor& x) { return run1(OpId::exp, {x}); }
-Tensor log(const Tensor& x) { return run1(OpId::log, {x}); }
-Tensor tanh(const Tensor& x) { return run1(OpId::tanh, {x}); }
-Tensor sigmoid(const Tensor& x) { return run1(OpId::sigmoid, {x}); }
+Tensor exp(const Tensor& x) {
+  return run1(OpId::exp, {x});
+}
+Tensor log(const Tensor& x) {
+  return run1(OpId::log, {x});
+}
+Tensor tanh(const Tensor& x) {
+  return run1(OpId::tanh, {x});
+}
+Tensor sigmoid(const Tensor& x) {
+  return run1(OpId::sigmoid, {x});
+}
 Tensor sum(const Tensor& x, int axis, bool keepdim) {
   return run1(OpId::sum, {x}, axis_attrs(x, axis, keepdim));
 }
@@ -174,7 +196,9 @@ Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Shap
                            Pool2dAttrs attrs) {
   return run_shaped(OpId::max_pool2d_backward, {grad, indices}, input_shape, attrs);
 }
-Tensor copy(const Tensor& x) { return run1(OpId::copy, {x}); }
+Tensor copy(const Tensor& x) {
+  return run1(OpId::copy, {x});
+}
 
 void fill_(Tensor& t, double value) {
   OpCall call = make_call(OpId::fill, {}, ScalarAttrs{value});

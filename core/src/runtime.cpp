@@ -32,11 +32,16 @@ thread_local Device* t_guard = nullptr;
 
 int type_rank(DeviceType t) {
   switch (t) {
-    case DeviceType::discrete_gpu: return 0;
-    case DeviceType::integrated_gpu: return 1;
-    case DeviceType::virtual_gpu: return 2;
-    case DeviceType::cpu: return 3;
-    case DeviceType::other: return 4;
+    case DeviceType::discrete_gpu:
+      return 0;
+    case DeviceType::integrated_gpu:
+      return 1;
+    case DeviceType::virtual_gpu:
+      return 2;
+    case DeviceType::cpu:
+      return 3;
+    case DeviceType::other:
+      return 4;
   }
   return 5;
 }
@@ -60,7 +65,8 @@ std::vector<Unavailable> unavailable_names(const State& s) {
         why = fmt::format("plugin {} is disabled by TESSERA_DISABLE_PLUGINS", r.name);
         break;
       default:
-        why = fmt::format("plugin {} failed to load from {}: {}", r.name, r.path.string(), r.reason);
+        why =
+            fmt::format("plugin {} failed to load from {}: {}", r.name, r.path.string(), r.reason);
     }
     out.push_back({r.name, why});
   }
@@ -69,9 +75,10 @@ std::vector<Unavailable> unavailable_names(const State& s) {
   for (std::string_view name : kWellKnown)
     if (!has_device(std::string(name)) &&
         std::none_of(out.begin(), out.end(), [&](const Unavailable& u) { return u.name == name; }))
-      out.push_back({std::string(name),
-                     fmt::format("no plugin named '{}' was found (searched: {})", name,
-                                 dirs.empty() ? "nothing" : fmt::format("{}", fmt::join(dirs, ", ")))});
+      out.push_back(
+          {std::string(name),
+           fmt::format("no plugin named '{}' was found (searched: {})", name,
+                       dirs.empty() ? "nothing" : fmt::format("{}", fmt::join(dirs, ", ")))});
   return out;
 }
 
@@ -146,7 +153,9 @@ State& state() {
 
 }  // namespace
 
-std::vector<Device*> devices() { return state().devices; }
+std::vector<Device*> devices() {
+  return state().devices;
+}
 
 Device* pick_auto(const std::vector<Device*>& candidates) {
   Device* best = nullptr;
@@ -175,7 +184,8 @@ Device& resolve_device(const std::vector<DeviceSpec>& specs, const std::vector<D
       if (d->plugin_name() == spec.name) matching.push_back(d);
     if (!matching.empty()) {
       const int index = spec.index.value_or(0);
-      if (index < static_cast<int>(matching.size())) return *matching[static_cast<std::size_t>(index)];
+      if (index < static_cast<int>(matching.size()))
+        return *matching[static_cast<std::size_t>(index)];
       reasons.push_back(fmt::format("{} has {} device(s): {}", spec.name, matching.size(),
                                     device_list(matching)));
       continue;
@@ -266,15 +276,33 @@ bool is_available(std::string_view name) {
                      [&](Device* d) { return d->plugin_name() == name; });
 }
 
-std::vector<PluginRecord> plugin_records() { return state().loaded.records; }
-const Config& config() { return state().config; }
-std::vector<Device*> fallback_chain() { return state().dispatcher.chain(); }
-void set_fallback_chain(std::vector<Device*> chain) { state().dispatcher.set_chain(std::move(chain)); }
-std::vector<FallbackRoute> fallback_stats() { return state().dispatcher.routes(); }
-void reset_fallback_stats() { state().dispatcher.reset_stats(); }
-Dispatcher& dispatcher() { return state().dispatcher; }
+std::vector<PluginRecord> plugin_records() {
+  return state().loaded.records;
+}
+const Config& config() {
+  return state().config;
+}
+std::vector<Device*> fallback_chain() {
+  return state().dispatcher.chain();
+}
+void set_fallback_chain(std::vector<Device*> chain) {
+  state().dispatcher.set_chain(std::move(chain));
+}
+std::vector<FallbackRoute> fallback_stats() {
+  return state().dispatcher.routes();
+}
+void reset_fallback_stats() {
+  state().dispatcher.reset_stats();
+}
+Dispatcher& dispatcher() {
+  return state().dispatcher;
+}
 
-DeviceGuard::DeviceGuard(Device& device) : previous_(t_guard) { t_guard = &device; }
-DeviceGuard::~DeviceGuard() { t_guard = previous_; }
+DeviceGuard::DeviceGuard(Device& device) : previous_(t_guard) {
+  t_guard = &device;
+}
+DeviceGuard::~DeviceGuard() {
+  t_guard = previous_;
+}
 
 }  // namespace tessera

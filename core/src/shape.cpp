@@ -11,8 +11,8 @@ Dims::Dims(std::initializer_list<std::int64_t> values)
 
 Dims::Dims(std::span<const std::int64_t> values) {
   if (values.size() > static_cast<std::size_t>(kMaxDims))
-    throw InvalidArgument(fmt::format("a tensor may have at most {} dimensions, got {}", kMaxDims,
-                                      values.size()));
+    throw InvalidArgument(
+        fmt::format("a tensor may have at most {} dimensions, got {}", kMaxDims, values.size()));
   std::copy(values.begin(), values.end(), v_.begin());
   rank_ = static_cast<int>(values.size());
 }
@@ -37,7 +37,9 @@ void Dims::push_back(std::int64_t value) {
   v_[static_cast<std::size_t>(rank_++)] = value;
 }
 
-std::string Dims::str() const { return fmt::format("[{}]", fmt::join(begin(), end(), ",")); }
+std::string Dims::str() const {
+  return fmt::format("[{}]", fmt::join(begin(), end(), ","));
+}
 
 Strides contiguous_strides(const Shape& shape) {
   Strides s = shape;
@@ -57,9 +59,10 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
     const int ia = a.rank() - rank + i, ib = b.rank() - rank + i;
     const std::int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
     if (da != db && da != 1 && db != 1)
-      throw InvalidArgument(fmt::format("shapes {} and {} can not be broadcast together (dimension "
-                                        "{}: {} vs {})",
-                                        a.str(), b.str(), i, da, db));
+      throw InvalidArgument(
+          fmt::format("shapes {} and {} can not be broadcast together (dimension "
+                      "{}: {} vs {})",
+                      a.str(), b.str(), i, da, db));
     out[i] = da == 1 ? db : da;
   }
   return out;

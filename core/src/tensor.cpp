@@ -15,7 +15,10 @@ namespace tessera {
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, const Shape& shape, const Strides& strides,
                std::int64_t offset, DType dtype)
-    : storage_(std::move(storage)), shape_(shape), strides_(strides), offset_(offset),
+    : storage_(std::move(storage)),
+      shape_(shape),
+      strides_(strides),
+      offset_(offset),
       dtype_(dtype) {}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device* device) {
@@ -24,7 +27,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device* device) {
   Device& dev = device ? *device : default_device();
   auto storage = std::make_shared<Storage>();
   storage->device = &dev;
-  storage->block = dev.memory().allocate(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype));
+  storage->block =
+      dev.memory().allocate(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype));
   return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }
 
@@ -52,8 +56,8 @@ bool Tensor::is_contiguous() const {
 
 void Tensor::copy_to_host(void* dst, std::size_t bytes, DType expect) const {
   if (expect != dtype_)
-    throw InvalidArgument(fmt::format("reading a {} tensor as {}", dtype_name(dtype_),
-                                      dtype_name(expect)));
+    throw InvalidArgument(
+        fmt::format("reading a {} tensor as {}", dtype_name(dtype_), dtype_name(expect)));
   if (bytes != nbytes())
     throw InvalidArgument(
         fmt::format("tensor {} has {} bytes, the destination {}", shape_.str(), nbytes(), bytes));
@@ -96,8 +100,8 @@ Tensor Tensor::transpose(int dim0, int dim1) const {
 
 Tensor Tensor::expand(const Shape& shape) const {
   if (shape.rank() < rank())
-    throw InvalidArgument(fmt::format("can not expand {} to fewer dimensions {}", shape_.str(),
-                                      shape.str()));
+    throw InvalidArgument(
+        fmt::format("can not expand {} to fewer dimensions {}", shape_.str(), shape.str()));
   Strides s = shape;
   const int lead = shape.rank() - rank();
   for (int i = 0; i < shape.rank(); ++i) {
@@ -143,6 +147,8 @@ Tensor Tensor::reshape(const Shape& shape) const {
   return Tensor(src.storage_, target, contiguous_strides(target), src.offset_, dtype_);
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : copy(*this); }
+Tensor Tensor::contiguous() const {
+  return is_contiguous() ? *this : copy(*this);
+}
 
 }  // namespace tessera

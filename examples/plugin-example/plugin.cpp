@@ -46,7 +46,8 @@ class Fill final : public Kernel {
   }
   void launch(const OpCall& call, Queue&) const override {
     float* y = call.out(0).host_data<float>();
-    for (std::int64_t i = 0; i < call.out(0).numel(); ++i) y[i] = static_cast<float>(call.attr<ScalarAttrs>().value);
+    for (std::int64_t i = 0; i < call.out(0).numel(); ++i)
+      y[i] = static_cast<float>(call.attr<ScalarAttrs>().value);
   }
 };
 
@@ -65,7 +66,9 @@ class ExampleDevice final : public Device {
   const DeviceInfo& info() const override { return info_; }
   Allocator& allocator() override { return allocator_; }
   Queue& queue() override { return queue_; }
-  const Kernel* kernel(OpId op) const override { return kernels_[static_cast<std::size_t>(op)].get(); }
+  const Kernel* kernel(OpId op) const override {
+    return kernels_[static_cast<std::size_t>(op)].get();
+  }
 
  private:
   DeviceInfo info_;
@@ -82,7 +85,9 @@ class ExampleBackend final : public Backend {
   ExampleDevice device_;
 };
 
-std::unique_ptr<Backend> create_backend() { return std::make_unique<ExampleBackend>(); }
+std::unique_ptr<Backend> create_backend() {
+  return std::make_unique<ExampleBackend>();
+}
 
 }  // namespace example
 

@@ -15,7 +15,8 @@ std::pair<std::string, std::string> cpu_model() {
   std::string line, model = "CPU", vendor;
   auto value = [](const std::string& l) {
     const auto colon = l.find(':');
-    return colon == std::string::npos ? std::string() : l.substr(l.find_first_not_of(" \t", colon + 1));
+    return colon == std::string::npos ? std::string()
+                                      : l.substr(l.find_first_not_of(" \t", colon + 1));
   };
   while (std::getline(in, line)) {
     if (line.starts_with("model name") && model == "CPU") model = value(line);

@@ -13,7 +13,9 @@ class CpuDevice final : public Device {
   const DeviceInfo& info() const override { return info_; }
   Allocator& allocator() override { return allocator_; }
   Queue& queue() override { return queue_; }
-  const Kernel* kernel(OpId op) const override { return kernels_[static_cast<std::size_t>(op)].get(); }
+  const Kernel* kernel(OpId op) const override {
+    return kernels_[static_cast<std::size_t>(op)].get();
+  }
 
  private:
   DeviceInfo info_;

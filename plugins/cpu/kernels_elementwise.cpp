@@ -38,33 +38,37 @@ void binary(const OpCall& call, Context& ctx, F f) {
   const std::int64_t inner = rank ? shape[rank - 1] : 1;
   const std::int64_t sa = rank ? a.strides()[rank - 1] : 0, sb = rank ? b.strides()[rank - 1] : 0;
   const std::int64_t rows = inner ? n / inner : 0;
-  ctx.pool.parallel_for(rows, std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(inner, 1)),
+  ctx.pool.parallel_for(rows,
+                        std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(inner, 1)),
                         [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      std::int64_t oa = 0, ob = 0, rest = r;
-      for (int d = rank - 2; d >= 0; --d) {
-        const std::int64_t idx = rest % shape[d];
-        rest /= shape[d];
-        oa += idx * a.strides()[d];
-        ob += idx * b.strides()[d];
-      }
-      float* yr = y + r * inner;
-      const float* ra = pa + oa;
-      const float* rb = pb + ob;
-      if (sa == 1 && sb == 0) {
-        const float vb = *rb;
-        for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(ra[i], vb);
-      } else if (sa == 0 && sb == 1) {
-        const float va = *ra;
-        for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(va, rb[i]);
-      } else {
-        for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(ra[i * sa], rb[i * sb]);
-      }
-    }
-  });
+                          for (std::int64_t r = r0; r < r1; ++r) {
+                            std::int64_t oa = 0, ob = 0, rest = r;
+                            for (int d = rank - 2; d >= 0; --d) {
+                              const std::int64_t idx = rest % shape[d];
+                              rest /= shape[d];
+                              oa += idx * a.strides()[d];
+                              ob += idx * b.strides()[d];
+                            }
+                            float* yr = y + r * inner;
+                            const float* ra = pa + oa;
+                            const float* rb = pb + ob;
+                            if (sa == 1 && sb == 0) {
+                              const float vb = *rb;
+                              for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(ra[i], vb);
+                            } else if (sa == 0 && sb == 1) {
+                              const float va = *ra;
+                              for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(va, rb[i]);
+                            } else {
+                              for (std::int64_t i = 0; i < inner; ++i)
+                                yr[i] = f(ra[i * sa], rb[i * sb]);
+                            }
+                          }
+                        });
 }
 
-float scalar(const OpCall& call) { return static_cast<float>(call.attr<ScalarAttrs>().value); }
+float scalar(const OpCall& call) {
+  return static_cast<float>(call.attr<ScalarAttrs>().value);
+}
 
 // Strided copy of elements of type T (any dtype of that size).
 template <typename T>
@@ -81,27 +85,32 @@ void strided_copy(const OpCall& call, Context& ctx) {
   }
   const std::int64_t inner = shape[rank - 1], step = x.strides()[rank - 1];
   const std::int64_t rows = inner ? n / inner : 0;
-  ctx.pool.parallel_for(rows, std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(inner, 1)),
+  ctx.pool.parallel_for(rows,
+                        std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(inner, 1)),
                         [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      std::int64_t off = 0, rest = r;
-      for (int d = rank - 2; d >= 0; --d) {
-        off += (rest % shape[d]) * x.strides()[d];
-        rest /= shape[d];
-      }
-      const T* s = src + off;
-      T* o = dst + r * inner;
-      for (std::int64_t i = 0; i < inner; ++i) o[i] = s[i * step];
-    }
-  });
+                          for (std::int64_t r = r0; r < r1; ++r) {
+                            std::int64_t off = 0, rest = r;
+                            for (int d = rank - 2; d >= 0; --d) {
+                              off += (rest % shape[d]) * x.strides()[d];
+                              rest /= shape[d];
+                            }
+                            const T* s = src + off;
+                            T* o = dst + r * inner;
+                            for (std::int64_t i = 0; i < inner; ++i) o[i] = s[i * step];
+                          }
+                        });
 }
 
 void copy_kernel(const OpCall& call, Context& ctx) {
   switch (dtype_size(call.in(0).dtype())) {
-    case 1: return strided_copy<std::uint8_t>(call, ctx);
-    case 2: return strided_copy<std::uint16_t>(call, ctx);
-    case 4: return strided_copy<std::uint32_t>(call, ctx);
-    default: return strided_copy<std::uint64_t>(call, ctx);
+    case 1:
+      return strided_copy<std::uint8_t>(call, ctx);
+    case 2:
+      return strided_copy<std::uint16_t>(call, ctx);
+    case 4:
+      return strided_copy<std::uint32_t>(call, ctx);
+    default:
+      return strided_copy<std::uint64_t>(call, ctx);
   }
 }
 
@@ -116,19 +125,27 @@ void fill_typed(const OpCall& call, Context& ctx) {
 
 void fill_kernel(const OpCall& call, Context& ctx) {
   switch (call.out(0).dtype()) {
-    case DType::f32: return fill_typed<float>(call, ctx);
-    case DType::f64: return fill_typed<double>(call, ctx);
-    case DType::i32: return fill_typed<std::int32_t>(call, ctx);
-    case DType::u8: return fill_typed<std::uint8_t>(call, ctx);
-    default: break;
+    case DType::f32:
+      return fill_typed<float>(call, ctx);
+    case DType::f64:
+      return fill_typed<double>(call, ctx);
+    case DType::i32:
+      return fill_typed<std::int32_t>(call, ctx);
+    case DType::u8:
+      return fill_typed<std::uint8_t>(call, ctx);
+    default:
+      break;
   }
 }
 
-Support any_dtype(const OpCall&) { return Support::yes(); }
+Support any_dtype(const OpCall&) {
+  return Support::yes();
+}
 
 Support fill_dtypes(const OpCall& call) {
   const DType t = call.out(0).dtype();
-  if (t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::u8) return Support::yes();
+  if (t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::u8)
+    return Support::yes();
   return Support::no(fmt::format("fill of {} is not implemented", dtype_name(t)));
 }
 
@@ -137,10 +154,12 @@ Support fill_dtypes(const OpCall& call) {
 Support f32_only(const OpCall& call) {
   const Tensor& first = call.num_inputs ? call.in(0) : call.out(0);
   if (first.dtype() != DType::f32)
-    return Support::no(fmt::format("dtype {} is not supported (f32 only)", dtype_name(first.dtype())));
+    return Support::no(
+        fmt::format("dtype {} is not supported (f32 only)", dtype_name(first.dtype())));
   for (int i = 0; i < call.num_outputs; ++i)
     if (call.out(i).dtype() != DType::f32 && call.out(i).dtype() != DType::i32)
-      return Support::no(fmt::format("output dtype {} is not supported", dtype_name(call.out(i).dtype())));
+      return Support::no(
+          fmt::format("output dtype {} is not supported", dtype_name(call.out(i).dtype())));
   return Support::yes();
 }
 
@@ -148,10 +167,14 @@ void register_elementwise(KernelTable& t, Context& ctx) {
   auto set = [&](OpId op, KernelFn fn, SupportFn s = f32_only) {
     t[static_cast<std::size_t>(op)] = std::make_unique<CpuKernel>(ctx, fn, s);
   };
-  set(OpId::add, [](const OpCall& c, Context& x) { binary(c, x, [](float a, float b) { return a + b; }); });
-  set(OpId::sub, [](const OpCall& c, Context& x) { binary(c, x, [](float a, float b) { return a - b; }); });
-  set(OpId::mul, [](const OpCall& c, Context& x) { binary(c, x, [](float a, float b) { return a * b; }); });
-  set(OpId::div, [](const OpCall& c, Context& x) { binary(c, x, [](float a, float b) { return a / b; }); });
+  set(OpId::add,
+      [](const OpCall& c, Context& x) { binary(c, x, [](float a, float b) { return a + b; }); });
+  set(OpId::sub,
+      [](const OpCall& c, Context& x) { binary(c, x, [](float a, float b) { return a - b; }); });
+  set(OpId::mul,
+      [](const OpCall& c, Context& x) { binary(c, x, [](float a, float b) { return a * b; }); });
+  set(OpId::div,
+      [](const OpCall& c, Context& x) { binary(c, x, [](float a, float b) { return a / b; }); });
   set(OpId::add_scalar, [](const OpCall& c, Context& x) {
     const float s = scalar(c);
     unary(c, x, [s](float v) { return v + s; });
@@ -160,7 +183,8 @@ void register_elementwise(KernelTable& t, Context& ctx) {
     const float s = scalar(c);
     unary(c, x, [s](float v) { return v * s; });
   });
-  set(OpId::relu, [](const OpCall& c, Context& x) { unary(c, x, [](float v) { return v > 0 ? v : 0.0f; }); });
+  set(OpId::relu,
+      [](const OpCall& c, Context& x) { unary(c, x, [](float v) { return v > 0 ? v : 0.0f; }); });
   set(OpId::relu_backward, [](const OpCall& c, Context& x) {
     const float* g = in_ptr(c, 0);
     const float* in = in_ptr(c, 1);
@@ -169,9 +193,12 @@ void register_elementwise(KernelTable& t, Context& ctx) {
       for (std::int64_t i = b; i < e; ++i) y[i] = in[i] > 0 ? g[i] : 0.0f;
     });
   });
-  set(OpId::exp, [](const OpCall& c, Context& x) { unary(c, x, [](float v) { return std::exp(v); }); });
-  set(OpId::log, [](const OpCall& c, Context& x) { unary(c, x, [](float v) { return std::log(v); }); });
-  set(OpId::tanh, [](const OpCall& c, Context& x) { unary(c, x, [](float v) { return std::tanh(v); }); });
+  set(OpId::exp,
+      [](const OpCall& c, Context& x) { unary(c, x, [](float v) { return std::exp(v); }); });
+  set(OpId::log,
+      [](const OpCall& c, Context& x) { unary(c, x, [](float v) { return std::log(v); }); });
+  set(OpId::tanh,
+      [](const OpCall& c, Context& x) { unary(c, x, [](float v) { return std::tanh(v); }); });
   set(OpId::sigmoid, [](const OpCall& c, Context& x) {
     unary(c, x, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
   });

@@ -20,8 +20,9 @@ void gemm(const Blas& blas, bool ta, bool tb, std::int64_t m, std::int64_t n, st
     return;
   }
   blas.sgemm(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, static_cast<int>(m),
-             static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(std::max<std::int64_t>(lda, 1)),
-             b, static_cast<int>(std::max<std::int64_t>(ldb, 1)), beta, c,
+             static_cast<int>(n), static_cast<int>(k), 1.0f, a,
+             static_cast<int>(std::max<std::int64_t>(lda, 1)), b,
+             static_cast<int>(std::max<std::int64_t>(ldb, 1)), beta, c,
              static_cast<int>(std::max<std::int64_t>(ldc, 1)));
 }
 
@@ -39,7 +40,7 @@ struct Conv {
   std::int64_t n, c, h, w, o, kh, kw, ho, wo;
   int sh, sw, ph, pw;
   std::int64_t rows() const { return c * kh * kw; }  // im2col rows
-  std::int64_t plane() const { return ho * wo; }      // output pixels per sample
+  std::int64_t plane() const { return ho * wo; }     // output pixels per sample
   // Samples per chunk so that one im2col buffer stays within 64 MiB.
   std::int64_t chunk() const {
     const std::int64_t per_sample = rows() * plane() * 4;
@@ -48,7 +49,8 @@ struct Conv {
 };
 
 Conv geometry(const Shape& x, const Shape& w, const Shape& y, const Conv2dAttrs& a) {
-  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a.stride_h, a.stride_w, a.pad_h, a.pad_w};
+  return {x[0], x[1], x[2],       x[3],       w[0],    w[2],   w[3],
+          y[2], y[3], a.stride_h, a.stride_w, a.pad_h, a.pad_w};
 }
 
 float* scratch(std::vector<float>& v, std::int64_t size) {
@@ -57,7 +59,8 @@ float* scratch(std::vector<float>& v, std::int64_t size) {
 }
 
 // col[(c,kh,kw), b*P + p] = x[b0 + b, c, ...] for samples [b0, b0 + nb).
-void im2col(const Conv& g, const float* x, std::int64_t b0, std::int64_t nb, float* col, ThreadPool& pool) {
+void im2col(const Conv& g, const float* x, std::int64_t b0, std::int64_t nb, float* col,
+            ThreadPool& pool) {
   const std::int64_t ld = nb * g.plane();
   pool.parallel_for(nb * g.c, 1, [&](std::int64_t s, std::int64_t e) {
     for (std::int64_t bc = s; bc < e; ++bc) {
@@ -85,7 +88,8 @@ void im2col(const Conv& g, const float* x, std::int64_t b0, std::int64_t nb, flo
 }
 
 // dx[b0 + b, c, ...] += col[(c,kh,kw), b*P + p] (the adjoint of im2col); dx starts zeroed.
-void col2im(const Conv& g, const float* col, std::int64_t b0, std::int64_t nb, float* dx, ThreadPool& pool) {
+void col2im(const Conv& g, const float* col, std::int64_t b0, std::int64_t nb, float* dx,
+            ThreadPool& pool) {
   const std::int64_t ld = nb * g.plane();
   pool.parallel_for(nb * g.c, 1, [&](std::int64_t s, std::int64_t e) {
     for (std::int64_t bc = s; bc < e; ++bc) {
@@ -110,7 +114,8 @@ void col2im(const Conv& g, const float* col, std::int64_t b0, std::int64_t nb, f
 }
 
 // [nb, O, P] (samples b0..) <-> [O, nb*P]
-void to_channel_major(const Conv& g, const float* y, std::int64_t b0, std::int64_t nb, float* t, ThreadPool& pool) {
+void to_channel_major(const Conv& g, const float* y, std::int64_t b0, std::int64_t nb, float* t,
+                      ThreadPool& pool) {
   pool.parallel_for(nb * g.o, 16, [&](std::int64_t s, std::int64_t e) {
     for (std::int64_t bo = s; bo < e; ++bo) {
       const std::int64_t b = bo / g.o, o = bo % g.o;
@@ -120,7 +125,8 @@ void to_channel_major(const Conv& g, const float* y, std::int64_t b0, std::int64
   });
 }
 
-void from_channel_major(const Conv& g, const float* t, std::int64_t b0, std::int64_t nb, float* y, ThreadPool& pool) {
+void from_channel_major(const Conv& g, const float* t, std::int64_t b0, std::int64_t nb, float* y,
+                        ThreadPool& pool) {
   pool.parallel_for(nb * g.o, 16, [&](std::int64_t s, std::int64_t e) {
     for (std::int64_t bo = s; bo < e; ++bo) {
       const std::int64_t b = bo / g.o, o = bo % g.o;
@@ -133,7 +139,8 @@ void from_channel_major(const Conv& g, const float* t, std::int64_t b0, std::int
 thread_local std::vector<float> t_col, t_tmp;
 
 void conv2d_kernel(const OpCall& call, Context& ctx) {
-  const Conv g = geometry(call.in(0).shape(), call.in(1).shape(), call.out(0).shape(), call.attr<Conv2dAttrs>());
+  const Conv g = geometry(call.in(0).shape(), call.in(1).shape(), call.out(0).shape(),
+                          call.attr<Conv2dAttrs>());
   const float* x = in_ptr(call, 0);
   const float* w = in_ptr(call, 1);
   float* y = out_ptr(call, 0);
@@ -148,14 +155,15 @@ void conv2d_kernel(const OpCall& call, Context& ctx) {
       continue;
     }
     float* tmp = scratch(t_tmp, g.o * nb * g.plane());
-    gemm(ctx.blas, false, false, g.o, nb * g.plane(), g.rows(), w, g.rows(), col, nb * g.plane(), 0.0f, tmp,
-         nb * g.plane());
+    gemm(ctx.blas, false, false, g.o, nb * g.plane(), g.rows(), w, g.rows(), col, nb * g.plane(),
+         0.0f, tmp, nb * g.plane());
     from_channel_major(g, tmp, b0, nb, y, ctx.pool);
   }
 }
 
 void conv2d_backward_input_kernel(const OpCall& call, Context& ctx) {
-  const Conv g = geometry(call.out(0).shape(), call.in(1).shape(), call.in(0).shape(), call.attr<Conv2dAttrs>());
+  const Conv g = geometry(call.out(0).shape(), call.in(1).shape(), call.in(0).shape(),
+                          call.attr<Conv2dAttrs>());
   const float* gy = in_ptr(call, 0);
   const float* w = in_ptr(call, 1);
   float* dx = out_ptr(call, 0);
@@ -170,14 +178,15 @@ void conv2d_backward_input_kernel(const OpCall& call, Context& ctx) {
       gt = tmp;
     }
     float* col = scratch(t_col, g.rows() * nb * g.plane());
-    gemm(ctx.blas, true, false, g.rows(), nb * g.plane(), g.o, w, g.rows(), gt, nb * g.plane(), 0.0f, col,
-         nb * g.plane());
+    gemm(ctx.blas, true, false, g.rows(), nb * g.plane(), g.o, w, g.rows(), gt, nb * g.plane(),
+         0.0f, col, nb * g.plane());
     col2im(g, col, b0, nb, dx, ctx.pool);
   }
 }
 
 void conv2d_backward_weight_kernel(const OpCall& call, Context& ctx) {
-  const Conv g = geometry(call.in(1).shape(), call.out(0).shape(), call.in(0).shape(), call.attr<Conv2dAttrs>());
+  const Conv g = geometry(call.in(1).shape(), call.out(0).shape(), call.in(0).shape(),
+                          call.attr<Conv2dAttrs>());
   const float* gy = in_ptr(call, 0);
   const float* x = in_ptr(call, 1);
   float* dw = out_ptr(call, 0);
@@ -192,8 +201,8 @@ void conv2d_backward_weight_kernel(const OpCall& call, Context& ctx) {
       to_channel_major(g, gy, b0, nb, tmp, ctx.pool);
       gt = tmp;
     }
-    gemm(ctx.blas, false, true, g.o, g.rows(), nb * g.plane(), gt, nb * g.plane(), col, nb * g.plane(),
-         b0 == 0 ? 0.0f : 1.0f, dw, g.rows());
+    gemm(ctx.blas, false, true, g.o, g.rows(), nb * g.plane(), gt, nb * g.plane(), col,
+         nb * g.plane(), b0 == 0 ? 0.0f : 1.0f, dw, g.rows());
   }
   if (g.n == 0) std::fill_n(dw, call.out(0).numel(), 0.0f);
 }

@@ -47,8 +47,10 @@ void adam_kernel(const OpCall& call, Context& ctx) {
 }  // namespace
 
 void register_optim(KernelTable& t, Context& ctx) {
-  t[static_cast<std::size_t>(OpId::sgd_update)] = std::make_unique<CpuKernel>(ctx, sgd_kernel, f32_only);
-  t[static_cast<std::size_t>(OpId::adam_update)] = std::make_unique<CpuKernel>(ctx, adam_kernel, f32_only);
+  t[static_cast<std::size_t>(OpId::sgd_update)] =
+      std::make_unique<CpuKernel>(ctx, sgd_kernel, f32_only);
+  t[static_cast<std::size_t>(OpId::adam_update)] =
+      std::make_unique<CpuKernel>(ctx, adam_kernel, f32_only);
 }
 
 }  // namespace tessera::cpu

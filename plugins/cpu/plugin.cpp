@@ -15,7 +15,9 @@ class CpuBackend final : public Backend {
   CpuDevice device_;
 };
 
-std::unique_ptr<Backend> create_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> create_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace
 }  // namespace tessera::cpu

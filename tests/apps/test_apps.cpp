@@ -56,8 +56,8 @@ TEST(TesseraDevices, JsonListsCpuTheTestPluginsAndEveryBrokenOneWithItsReason) {
   EXPECT_TRUE((*cpu)["missing_ops"].empty());
   EXPECT_GT((*cpu)["memory_total"].get<std::uint64_t>(), 0u);
   const std::pair<const char*, const char*> expected[] = {
-      {"wrongabi", "abi"}, {"noentry", "entry_point"}, {"throws", "create"},
-      {"notelf", "format"}, {"missingdep", "open"}, {"misnamed", "abi"}};
+      {"wrongabi", "abi"},  {"noentry", "entry_point"}, {"throws", "create"},
+      {"notelf", "format"}, {"missingdep", "open"},     {"misnamed", "abi"}};
   for (const auto& [name, stage] : expected) {
     const json* p = find(j["plugins"], "name", name);
     ASSERT_NE(p, nullptr) << name;
@@ -73,7 +73,8 @@ TEST(TesseraDevices, JsonListsCpuTheTestPluginsAndEveryBrokenOneWithItsReason) {
 TEST(TesseraDevices, TextOutputNamesPluginsDevicesDefaultAndFallback) {
   const Result r = run("TESSERA_FALLBACK=1", DEVICES_BIN);
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* s : {"Plugins (in search order):", "cpu:0", "Default device: cpu:0", "Fallback: cpu:0", "ops 30/30"})
+  for (const char* s : {"Plugins (in search order):", "cpu:0", "Default device: cpu:0",
+                        "Fallback: cpu:0", "ops 30/30"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
 }
 
@@ -97,11 +98,15 @@ TEST(TesseraDevices, AMisspeltDeviceExitsNonZeroAndListsTheValidOnes) {
 }
 
 TEST(TesseraDevices, AnUnavailableDeviceExitsNonZeroAndSaysWhy) {
-  const Result r = run("TESSERA_DEVICE=vulkan TESSERA_DISABLE_PLUGINS=vulkan", std::string(DEVICES_BIN) + " --json");
+  const Result r = run("TESSERA_DEVICE=vulkan TESSERA_DISABLE_PLUGINS=vulkan",
+                       std::string(DEVICES_BIN) + " --json");
   EXPECT_EQ(r.code, 2);
   const json j = json::parse(r.out);
   const std::string msg = j["default_device"]["error"];
-  EXPECT_NE(msg.find("'vulkan' was requested (TESSERA_DEVICE=vulkan) but can not run on this system"), std::string::npos) << msg;
+  EXPECT_NE(
+      msg.find("'vulkan' was requested (TESSERA_DEVICE=vulkan) but can not run on this system"),
+      std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("Available: cpu:0"), std::string::npos) << msg;
 }
 

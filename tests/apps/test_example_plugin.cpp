@@ -29,10 +29,11 @@ TEST(ExamplePlugin, AMissingOpIsAnErrorWithFallbackOffAndRunsOnTheCpuWithFallbac
     (void)matmul(a, b);
     FAIL() << "no UnsupportedOperation";
   } catch (const UnsupportedOperation& e) {
-    EXPECT_STREQ(e.what(),
-                 "The operator 'matmul' (f32, [2,3]) is not implemented for example:0 (Example "
-                 "device (host memory)).\nSet TESSERA_FALLBACK=1 to run it on the CPU instead; this "
-                 "is slower than running natively on example.");
+    EXPECT_STREQ(
+        e.what(),
+        "The operator 'matmul' (f32, [2,3]) is not implemented for example:0 (Example "
+        "device (host memory)).\nSet TESSERA_FALLBACK=1 to run it on the CPU instead; this "
+        "is slower than running natively on example.");
   }
   set_fallback_chain({&device("cpu")});
   ::testing::internal::CaptureStderr();

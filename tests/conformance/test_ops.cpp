@@ -55,10 +55,13 @@ void expect_close(const Vec& out, const Ref& ref, double tol = 1e-5) {
   EXPECT_TRUE(std::isfinite(err));
 }
 
-Tensor on(Device& d, const Vec& v, const Shape& s) { return Tensor::from(v, s, &d); }
+Tensor on(Device& d, const Vec& v, const Shape& s) {
+  return Tensor::from(v, s, &d);
+}
 
 // ----- references -----
-Ref ref_matmul(const Vec& a, const Vec& b, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb) {
+Ref ref_matmul(const Vec& a, const Vec& b, std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
+               bool tb) {
   Ref c(static_cast<std::size_t>(m * n), 0.0);
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
@@ -102,7 +105,8 @@ struct Case {
 };
 
 template <typename F>
-Case unary_case(const std::string& name, OpId op, Tensor (*fn)(const Tensor&), F ref, float lo, float hi) {
+Case unary_case(const std::string& name, OpId op, Tensor (*fn)(const Tensor&), F ref, float lo,
+                float hi) {
   return {name, op, [=](Device& d) {
             const Vec x = uniform(3 * 17 * 5, lo, hi);
             const Vec y = fn(on(d, x, {3, 17, 5})).to_vector<float>();
@@ -113,7 +117,8 @@ Case unary_case(const std::string& name, OpId op, Tensor (*fn)(const Tensor&), F
 }
 
 template <typename F>
-Case binary_case(const std::string& name, OpId op, Tensor (*fn)(const Tensor&, const Tensor&), F ref) {
+Case binary_case(const std::string& name, OpId op, Tensor (*fn)(const Tensor&, const Tensor&),
+                 F ref) {
   return {name, op, [=](Device& d) {
             // [4,1,5] (op) [3,1] -> [4,3,5], and same-shape contiguous operands
             const Vec a = randn(20), b = uniform(3, 0.5f, 2.0f);
@@ -121,7 +126,8 @@ Case binary_case(const std::string& name, OpId op, Tensor (*fn)(const Tensor&, c
             Ref r(60);
             for (int i = 0; i < 4; ++i)
               for (int j = 0; j < 3; ++j)
-                for (int k = 0; k < 5; ++k) r[(i * 3 + j) * 5 + k] = ref(double(a[i * 5 + k]), double(b[j]));
+                for (int k = 0; k < 5; ++k)
+                  r[(i * 3 + j) * 5 + k] = ref(double(a[i * 5 + k]), double(b[j]));
             expect_close(y, r);
             const Vec c = randn(1000), e = uniform(1000, 0.5f, 2.0f);
             const Vec z = fn(on(d, c, {10, 100}), on(d, e, {10, 100})).to_vector<float>();
@@ -142,7 +148,8 @@ Ref reduce_ref(const Vec& x, int axis, F f) {
   for (std::int64_t o = 0; o < outer; ++o)
     for (std::int64_t in = 0; in < inner; ++in) {
       std::vector<double> line;
-      for (std::int64_t k = 0; k < dims[axis]; ++k) line.push_back(x[(o * dims[axis] + k) * inner + in]);
+      for (std::int64_t k = 0; k < dims[axis]; ++k)
+        line.push_back(x[(o * dims[axis] + k) * inner + in]);
       r.push_back(f(line));
     }
   return r;
@@ -152,22 +159,28 @@ std::vector<Case> cases() {
   std::vector<Case> c;
   for (bool ta : {false, true})
     for (bool tb : {false, true})
-      c.push_back({fmt::format("matmul_{}{}", ta ? "T" : "N", tb ? "T" : "N"), OpId::matmul, [=](Device& d) {
+      c.push_back({fmt::format("matmul_{}{}", ta ? "T" : "N", tb ? "T" : "N"), OpId::matmul,
+                   [=](Device& d) {
                      const std::int64_t m = 37, n = 53, k = 29;
                      const Vec a = randn(m * k), b = randn(k * n);
                      const Tensor ta_ = on(d, a, ta ? Shape{k, m} : Shape{m, k});
                      const Tensor tb_ = on(d, b, tb ? Shape{n, k} : Shape{k, n});
-                     expect_close(matmul(ta_, tb_, ta, tb).to_vector<float>(), ref_matmul(a, b, m, n, k, ta, tb));
+                     expect_close(matmul(ta_, tb_, ta, tb).to_vector<float>(),
+                                  ref_matmul(a, b, m, n, k, ta, tb));
                    }});
   c.push_back({"matmul_transposed_view", OpId::matmul, [](Device& d) {
                  const Vec a = randn(8 * 5), b = randn(8 * 6);
                  const Tensor y = matmul(on(d, a, {8, 5}).t(), on(d, b, {8, 6}));
                  expect_close(y.to_vector<float>(), ref_matmul(a, b, 5, 6, 8, true, false));
                }});
-  c.push_back(binary_case("add", OpId::add, &tessera::add, [](double a, double b) { return a + b; }));
-  c.push_back(binary_case("sub", OpId::sub, &tessera::sub, [](double a, double b) { return a - b; }));
-  c.push_back(binary_case("mul", OpId::mul, &tessera::mul, [](double a, double b) { return a * b; }));
-  c.push_back(binary_case("div", OpId::div, &tessera::div, [](double a, double b) { return a / b; }));
+  c.push_back(
+      binary_case("add", OpId::add, &tessera::add, [](double a, double b) { return a + b; }));
+  c.push_back(
+      binary_case("sub", OpId::sub, &tessera::sub, [](double a, double b) { return a - b; }));
+  c.push_back(
+      binary_case("mul", OpId::mul, &tessera::mul, [](double a, double b) { return a * b; }));
+  c.push_back(
+      binary_case("div", OpId::div, &tessera::div, [](double a, double b) { return a / b; }));
   c.push_back({"add_scalar", OpId::add_scalar, [](Device& d) {
                  const Vec x = randn(300);
                  Ref r(x.begin(), x.end());
@@ -180,18 +193,24 @@ std::vector<Case> cases() {
                  for (double& v : r) v *= -1.5;
                  expect_close(mul_scalar(on(d, x, {300}), -1.5).to_vector<float>(), r);
                }});
-  c.push_back(unary_case("relu", OpId::relu, &tessera::relu, [](double v) { return v > 0 ? v : 0; }, -2, 2));
-  c.push_back(unary_case("exp", OpId::exp, &tessera::exp, [](double v) { return std::exp(v); }, -4, 4));
-  c.push_back(unary_case("log", OpId::log, &tessera::log, [](double v) { return std::log(v); }, 0.01f, 10));
-  c.push_back(unary_case("tanh", OpId::tanh, &tessera::tanh, [](double v) { return std::tanh(v); }, -4, 4));
-  c.push_back(unary_case("sigmoid", OpId::sigmoid, &tessera::sigmoid,
-                         [](double v) { return 1 / (1 + std::exp(-v)); }, -6, 6));
-  c.push_back({"relu_backward", OpId::relu_backward, [](Device& d) {
-                 const Vec g = randn(400), x = randn(400);
-                 Ref r(400);
-                 for (int i = 0; i < 400; ++i) r[i] = x[i] > 0 ? g[i] : 0;
-                 expect_close(relu_backward(on(d, g, {20, 20}), on(d, x, {20, 20})).to_vector<float>(), r);
-               }});
+  c.push_back(unary_case(
+      "relu", OpId::relu, &tessera::relu, [](double v) { return v > 0 ? v : 0; }, -2, 2));
+  c.push_back(unary_case(
+      "exp", OpId::exp, &tessera::exp, [](double v) { return std::exp(v); }, -4, 4));
+  c.push_back(unary_case(
+      "log", OpId::log, &tessera::log, [](double v) { return std::log(v); }, 0.01f, 10));
+  c.push_back(unary_case(
+      "tanh", OpId::tanh, &tessera::tanh, [](double v) { return std::tanh(v); }, -4, 4));
+  c.push_back(unary_case(
+      "sigmoid", OpId::sigmoid, &tessera::sigmoid, [](double v) { return 1 / (1 + std::exp(-v)); },
+      -6, 6));
+  c.push_back(
+      {"relu_backward", OpId::relu_backward, [](Device& d) {
+         const Vec g = randn(400), x = randn(400);
+         Ref r(400);
+         for (int i = 0; i < 400; ++i) r[i] = x[i] > 0 ? g[i] : 0;
+         expect_close(relu_backward(on(d, g, {20, 20}), on(d, x, {20, 20})).to_vector<float>(), r);
+       }});
   for (int axis : {0, 1, 2}) {
     auto x_shape = Shape{3, 7, 5};
     c.push_back({fmt::format("sum_axis{}", axis), OpId::sum, [=](Device& d) {
@@ -206,7 +225,8 @@ std::vector<Case> cases() {
                  }});
     c.push_back({fmt::format("mean_axis{}", axis), OpId::mean, [=](Device& d) {
                    const Vec x = randn(105);
-                   expect_close(mean(on(d, x, x_shape), axis).to_vector<float>(), reduce_ref(x, axis, [](auto& l) {
+                   expect_close(mean(on(d, x, x_shape), axis).to_vector<float>(),
+                                reduce_ref(x, axis, [](auto& l) {
                                   double s = 0;
                                   for (double v : l) s += v;
                                   return s / double(l.size());
@@ -215,7 +235,9 @@ std::vector<Case> cases() {
     c.push_back({fmt::format("max_axis{}", axis), OpId::max, [=](Device& d) {
                    const Vec x = randn(105);
                    expect_close(max(on(d, x, x_shape), axis).to_vector<float>(),
-                                reduce_ref(x, axis, [](auto& l) { return *std::max_element(l.begin(), l.end()); }));
+                                reduce_ref(x, axis, [](auto& l) {
+                                  return *std::max_element(l.begin(), l.end());
+                                }));
                  }});
     c.push_back({fmt::format("argmax_axis{}", axis), OpId::argmax, [=](Device& d) {
                    const Vec x = randn(105);
@@ -227,11 +249,12 @@ std::vector<Case> cases() {
                    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
                  }});
     for (bool lg : {false, true})
-      c.push_back({fmt::format("{}_axis{}", lg ? "log_softmax" : "softmax", axis), lg ? OpId::log_softmax : OpId::softmax,
-                   [=](Device& d) {
+      c.push_back({fmt::format("{}_axis{}", lg ? "log_softmax" : "softmax", axis),
+                   lg ? OpId::log_softmax : OpId::softmax, [=](Device& d) {
                      const Vec x = randn(105, 3.0f);
                      const Tensor t = on(d, x, x_shape);
-                     const Vec y = (lg ? log_softmax(t, axis) : softmax(t, axis)).to_vector<float>();
+                     const Vec y =
+                         (lg ? log_softmax(t, axis) : softmax(t, axis)).to_vector<float>();
                      // Reference: per line, then scattered back into [3,7,5] order.
                      const std::int64_t dims[3] = {3, 7, 5};
                      std::int64_t inner = 1;
@@ -241,8 +264,10 @@ std::vector<Case> cases() {
                        const std::int64_t k = (base / inner) % dims[axis];
                        const std::int64_t start = base - k * inner;
                        double m = -1e300, s = 0;
-                       for (std::int64_t q = 0; q < dims[axis]; ++q) m = std::max(m, double(x[start + q * inner]));
-                       for (std::int64_t q = 0; q < dims[axis]; ++q) s += std::exp(x[start + q * inner] - m);
+                       for (std::int64_t q = 0; q < dims[axis]; ++q)
+                         m = std::max(m, double(x[start + q * inner]));
+                       for (std::int64_t q = 0; q < dims[axis]; ++q)
+                         s += std::exp(x[start + q * inner] - m);
                        r[base] = lg ? x[base] - m - std::log(s) : std::exp(x[base] - m) / s;
                      }
                      expect_close(y, r);
@@ -258,7 +283,8 @@ std::vector<Case> cases() {
                    for (int k = 0; k < 10; ++k) s += std::exp(x[i * 10 + k] - m);
                    loss += m + std::log(s) - x[i * 10 + l[i]];
                  }
-                 const Tensor y = cross_entropy(on(d, x, {16, 10}), Tensor::from<std::int32_t>(l, {16}, &d));
+                 const Tensor y =
+                     cross_entropy(on(d, x, {16, 10}), Tensor::from<std::int32_t>(l, {16}, &d));
                  EXPECT_EQ(y.rank(), 0);
                  expect_close({y.item()}, {loss / 16});
                }});
@@ -273,41 +299,49 @@ std::vector<Case> cases() {
                    for (int k = 0; k < 10; ++k)
                      r[i * 10 + k] = (std::exp(x[i * 10 + k] - m) / s - (k == l[i])) * g[0] / 16;
                  }
-                 expect_close(cross_entropy_backward(on(d, x, {16, 10}), Tensor::from<std::int32_t>(l, {16}, &d),
-                                                     on(d, g, {}))
-                                  .to_vector<float>(),
-                              r);
+                 expect_close(
+                     cross_entropy_backward(on(d, x, {16, 10}),
+                                            Tensor::from<std::int32_t>(l, {16}, &d), on(d, g, {}))
+                         .to_vector<float>(),
+                     r);
                }});
   const ConvGeom cg;
   c.push_back({"conv2d", OpId::conv2d, [=](Device& d) {
-                 const Vec x = randn(cg.n * cg.c * cg.h * cg.w), w = randn(cg.o * cg.c * cg.kh * cg.kw);
+                 const Vec x = randn(cg.n * cg.c * cg.h * cg.w),
+                           w = randn(cg.o * cg.c * cg.kh * cg.kw);
                  Ref r(static_cast<std::size_t>(cg.n * cg.o * cg.ho() * cg.wo()), 0.0);
                  cg.each([&](auto xi, auto wi, auto yi) { r[yi] += double(x[xi]) * w[wi]; });
-                 const Tensor y = conv2d(on(d, x, {cg.n, cg.c, cg.h, cg.w}), on(d, w, {cg.o, cg.c, cg.kh, cg.kw}), cg.attrs());
+                 const Tensor y = conv2d(on(d, x, {cg.n, cg.c, cg.h, cg.w}),
+                                         on(d, w, {cg.o, cg.c, cg.kh, cg.kw}), cg.attrs());
                  EXPECT_EQ(y.shape(), (Shape{cg.n, cg.o, cg.ho(), cg.wo()}));
                  expect_close(y.to_vector<float>(), r);
                }});
   c.push_back({"conv2d_backward_input", OpId::conv2d_backward_input, [=](Device& d) {
-                 const Vec gy = randn(cg.n * cg.o * cg.ho() * cg.wo()), w = randn(cg.o * cg.c * cg.kh * cg.kw);
+                 const Vec gy = randn(cg.n * cg.o * cg.ho() * cg.wo()),
+                           w = randn(cg.o * cg.c * cg.kh * cg.kw);
                  Ref r(static_cast<std::size_t>(cg.n * cg.c * cg.h * cg.w), 0.0);
                  cg.each([&](auto xi, auto wi, auto yi) { r[xi] += double(gy[yi]) * w[wi]; });
                  expect_close(conv2d_backward_input(on(d, gy, {cg.n, cg.o, cg.ho(), cg.wo()}),
-                                                    on(d, w, {cg.o, cg.c, cg.kh, cg.kw}), {cg.n, cg.c, cg.h, cg.w}, cg.attrs())
+                                                    on(d, w, {cg.o, cg.c, cg.kh, cg.kw}),
+                                                    {cg.n, cg.c, cg.h, cg.w}, cg.attrs())
                                   .to_vector<float>(),
                               r);
                }});
   c.push_back({"conv2d_backward_weight", OpId::conv2d_backward_weight, [=](Device& d) {
-                 const Vec gy = randn(cg.n * cg.o * cg.ho() * cg.wo()), x = randn(cg.n * cg.c * cg.h * cg.w);
+                 const Vec gy = randn(cg.n * cg.o * cg.ho() * cg.wo()),
+                           x = randn(cg.n * cg.c * cg.h * cg.w);
                  Ref r(static_cast<std::size_t>(cg.o * cg.c * cg.kh * cg.kw), 0.0);
                  cg.each([&](auto xi, auto wi, auto yi) { r[wi] += double(gy[yi]) * x[xi]; });
                  expect_close(conv2d_backward_weight(on(d, gy, {cg.n, cg.o, cg.ho(), cg.wo()}),
-                                                     on(d, x, {cg.n, cg.c, cg.h, cg.w}), {cg.o, cg.c, cg.kh, cg.kw}, cg.attrs())
+                                                     on(d, x, {cg.n, cg.c, cg.h, cg.w}),
+                                                     {cg.o, cg.c, cg.kh, cg.kw}, cg.attrs())
                                   .to_vector<float>(),
                               r);
                }});
   for (int k : {2, 3})
     c.push_back({fmt::format("max_pool2d_k{}s2", k), OpId::max_pool2d, [=](Device& d) {
-                   const std::int64_t n = 2, ch = 3, h = 9, w = 8, ho = (h - k) / 2 + 1, wo = (w - k) / 2 + 1;
+                   const std::int64_t n = 2, ch = 3, h = 9, w = 8, ho = (h - k) / 2 + 1,
+                                      wo = (w - k) / 2 + 1;
                    const Vec x = randn(n * ch * h * w), g = randn(n * ch * ho * wo);
                    const Pool2dAttrs a{k, k, 2, 2};
                    auto [y, idx] = max_pool2d(on(d, x, {n, ch, h, w}), a);
@@ -327,7 +361,10 @@ std::vector<Case> cases() {
                    expect_close(y.to_vector<float>(), ry);
                    // The backward pass, through the indices this device produced.
                    if (d.kernel(OpId::max_pool2d_backward))
-                     expect_close(max_pool2d_backward(on(d, g, {n, ch, ho, wo}), idx, {n, ch, h, w}, a).to_vector<float>(), rdx);
+                     expect_close(
+                         max_pool2d_backward(on(d, g, {n, ch, ho, wo}), idx, {n, ch, h, w}, a)
+                             .to_vector<float>(),
+                         rdx);
                  }});
   c.push_back({"copy_strided", OpId::copy, [](Device& d) {
                  const Vec x = randn(5 * 7);
@@ -344,7 +381,8 @@ std::vector<Case> cases() {
                }});
   c.push_back({"fill", OpId::fill, [](Device& d) {
                  const float v = randn(1)[0];
-                 expect_close(Tensor::full({33}, v, DType::f32, &d).to_vector<float>(), Ref(33, double(v)));
+                 expect_close(Tensor::full({33}, v, DType::f32, &d).to_vector<float>(),
+                              Ref(33, double(v)));
                  const auto i = Tensor::full({5}, -7, DType::i32, &d).to_vector<std::int32_t>();
                  EXPECT_EQ(i, std::vector<std::int32_t>(5, -7));
                }});
@@ -378,7 +416,8 @@ std::vector<Case> cases() {
                  a.lr = 0.01f;
                  a.weight_decay = 0.01f;
                  a.step = 3;
-                 const Vec p = randn(257), g = randn(257), m = randn(257, 0.1f), v = uniform(257, 0.0f, 0.1f);
+                 const Vec p = randn(257), g = randn(257), m = randn(257, 0.1f),
+                           v = uniform(257, 0.0f, 0.1f);
                  Tensor tp = on(d, p, {257}), tm = on(d, m, {257}), tv = on(d, v, {257});
                  adam_update_(tp, on(d, g, {257}), tm, tv, a);
                  Ref rp(257), rm(257), rv(257);
@@ -401,7 +440,8 @@ class OpTest : public ::testing::Test {
  public:
   OpTest(Device& d, Case c) : device_(d), case_(std::move(c)) {}
   void TestBody() override {
-    if (!device_.kernel(case_.op)) GTEST_SKIP() << op_name(case_.op) << " is not implemented on " << device_.id();
+    if (!device_.kernel(case_.op))
+      GTEST_SKIP() << op_name(case_.op) << " is not implemented on " << device_.id();
     try {
       case_.run(device_);
     } catch (const UnsupportedOperation& e) {

@@ -53,7 +53,9 @@ TEST_F(Loader, ReportsAWrongAbiVersion) {
   const PluginRecord& r = record(*result_, "wrongabi");
   EXPECT_EQ(r.outcome, LoadOutcome::failed);
   EXPECT_EQ(r.stage, LoadStage::abi);
-  EXPECT_EQ(r.reason, "incompatible ABI version (plugin: 2, runtime: 1); rebuild the plugin against this Tessera SDK");
+  EXPECT_EQ(r.reason,
+            "incompatible ABI version (plugin: 2, runtime: 1); rebuild the plugin against this "
+            "Tessera SDK");
 }
 
 TEST_F(Loader, ReportsAMissingEntryPoint) {
@@ -102,7 +104,8 @@ TEST(LoaderPermissions, RefusesAWorldWritableFile) {
   const LoadResult r = load_plugins({dir}, {});
   ASSERT_EQ(r.records.size(), 1u);
   EXPECT_EQ(r.records[0].stage, LoadStage::permissions);
-  EXPECT_NE(r.records[0].reason.find("writable by everyone"), std::string::npos) << r.records[0].reason;
+  EXPECT_NE(r.records[0].reason.find("writable by everyone"), std::string::npos)
+      << r.records[0].reason;
   EXPECT_TRUE(r.plugins.empty());
 }
 

@@ -30,7 +30,9 @@ class MockDevice : public Device {
   const DeviceInfo& info() const override { return info_; }
   Allocator& allocator() override { return allocator_; }
   Queue& queue() override { return queue_; }
-  const Kernel* kernel(OpId op) const override { return kernels_[static_cast<std::size_t>(op)].get(); }
+  const Kernel* kernel(OpId op) const override {
+    return kernels_[static_cast<std::size_t>(op)].get();
+  }
 
   // Installs a mock kernel for |op| that accepts every call and returns it for expectations.
   MockKernel& add(OpId op) {

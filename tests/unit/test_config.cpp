@@ -13,7 +13,8 @@ TEST(DeviceList, AcceptsAutoNamesIndicesAndLists) {
             (std::vector<DeviceSpec>{{"vulkan", std::nullopt}, {"cpu", std::nullopt}}));
   EXPECT_EQ(parse_device_list("opencl:0,opencl:1"),
             (std::vector<DeviceSpec>{{"opencl", 0}, {"opencl", 1}}));
-  EXPECT_EQ(parse_device_list("my-plugin_2"), (std::vector<DeviceSpec>{{"my-plugin_2", std::nullopt}}));
+  EXPECT_EQ(parse_device_list("my-plugin_2"),
+            (std::vector<DeviceSpec>{{"my-plugin_2", std::nullopt}}));
 }
 
 class BadDeviceList : public ::testing::TestWithParam<const char*> {};
@@ -33,8 +34,8 @@ INSTANTIATE_TEST_SUITE_P(Malformed, BadDeviceList,
                          ::testing::Values(",", "cpu,", ",cpu", "cpu,,vulkan", "vulkan:", ":1",
                                            "vulkan:-1", "vulkan:x", "vulkan:1x", "vulkan:1:2",
                                            "vulkan: 1 2", "9cpu", "cp u", "cpu;vulkan", "auto:0",
-                                           "auto,cpu", "cpu,cpu", "vulkan:99999999999",
-                                           "gpu!", "\x01", "cpu:+1"));
+                                           "auto,cpu", "cpu,cpu", "vulkan:99999999999", "gpu!",
+                                           "\x01", "cpu:+1"));
 
 TEST(Fallback, OffOnAndChains) {
   EXPECT_TRUE(parse_fallback("").empty());

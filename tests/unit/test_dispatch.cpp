@@ -126,7 +126,8 @@ TEST(Dispatch, ADifferentReasonWarnsAgain) {
 
 TEST(Dispatch, AChainOfTwoSkipsADeviceThatCanNotRunTheCall) {
   MockDevice gpu("vulkan", 0), ocl("opencl", 0), cpu("cpu", 0);
-  EXPECT_CALL(ocl.add(OpId::relu), supports(_)).WillRepeatedly(Return(Support::no("no fp32 atomics")));
+  EXPECT_CALL(ocl.add(OpId::relu), supports(_))
+      .WillRepeatedly(Return(Support::no("no fp32 atomics")));
   EXPECT_CALL(cpu.add(OpId::relu), launch(_, _)).WillOnce(Invoke(host_relu));
   Dispatcher d;
   d.set_chain({&ocl, &cpu});

@@ -24,7 +24,8 @@ std::string error_of(const std::vector<DeviceSpec>& specs, const std::vector<Dev
 
 TEST(Auto, PrefersDiscreteThenIntegratedThenCpuThenScore) {
   MockDevice cpu("cpu", 0, DeviceType::cpu, 100), lavapipe("vulkan", 0, DeviceType::cpu, 10);
-  MockDevice igpu("opencl", 0, DeviceType::integrated_gpu, 5), dgpu("vulkan", 1, DeviceType::discrete_gpu, 1);
+  MockDevice igpu("opencl", 0, DeviceType::integrated_gpu, 5),
+      dgpu("vulkan", 1, DeviceType::discrete_gpu, 1);
   EXPECT_EQ(pick_auto({&cpu, &lavapipe}), &cpu);
   EXPECT_EQ(pick_auto({&lavapipe, &cpu}), &cpu);
   EXPECT_EQ(pick_auto({&cpu, &igpu, &lavapipe}), &igpu);
@@ -44,8 +45,9 @@ TEST(Resolve, NamesIndicesAndListsInOrderOfPreference) {
 
 TEST(Resolve, AnUnavailableDeviceIsAnErrorThatSaysWhyAndWhatIsAvailable) {
   MockDevice cpu("cpu", 0), ocl("opencl", 0);
-  const std::string msg = error_of({{"vulkan", std::nullopt}}, {&cpu, &ocl},
-                                   {{"vulkan", "no Vulkan device found (plugin vulkan loaded from /p)"}});
+  const std::string msg =
+      error_of({{"vulkan", std::nullopt}}, {&cpu, &ocl},
+               {{"vulkan", "no Vulkan device found (plugin vulkan loaded from /p)"}});
   EXPECT_EQ(msg,
             "DeviceUnavailable: 'vulkan' was requested (TESSERA_DEVICE=x) but can not run on this "
             "system: no Vulkan device found (plugin vulkan loaded from /p). Available: cpu:0, "
@@ -54,7 +56,8 @@ TEST(Resolve, AnUnavailableDeviceIsAnErrorThatSaysWhyAndWhatIsAvailable) {
 
 TEST(Resolve, AnIndexPastTheLastDeviceListsTheDevices) {
   MockDevice cpu("cpu", 0), v0("vulkan", 0);
-  EXPECT_THAT(error_of({{"vulkan", 3}}, {&cpu, &v0}), HasSubstr("vulkan has 1 device(s): vulkan:0"));
+  EXPECT_THAT(error_of({{"vulkan", 3}}, {&cpu, &v0}),
+              HasSubstr("vulkan has 1 device(s): vulkan:0"));
 }
 
 TEST(Resolve, AMisspeltNameListsTheKnownNamesAndSuggests) {
@@ -64,7 +67,8 @@ TEST(Resolve, AMisspeltNameListsTheKnownNamesAndSuggests) {
   EXPECT_THAT(msg, HasSubstr("Did you mean 'vulkan'?"));
   EXPECT_THAT(msg, HasSubstr("Known devices: auto, cpu, vulkan, opencl."));
   // A misspelling inside a list is an error too, not silently skipped.
-  EXPECT_THAT(error_of({{"cpuu", std::nullopt}, {"cpu", std::nullopt}}, {&cpu}), HasSubstr("unknown device 'cpuu'"));
+  EXPECT_THAT(error_of({{"cpuu", std::nullopt}, {"cpu", std::nullopt}}, {&cpu}),
+              HasSubstr("unknown device 'cpuu'"));
 }
 
 TEST(Resolve, AutoWithNoDeviceIsAnError) {

@@ -22,7 +22,7 @@ std::string_view device_type_name(DeviceType type);
 
 // What a device reports about itself. Filled once by the plugin when the device is created.
 struct DeviceInfo {
-  std::string name;    // "NVIDIA H100 80GB HBM3", "AMD EPYC 7B13"
+  std::string name;  // "NVIDIA H100 80GB HBM3", "AMD EPYC 7B13"
   DeviceType type = DeviceType::other;
   std::string vendor;  // "NVIDIA", "AuthenticAMD", "Mesa"
   std::string driver;  // driver or library version: "580.65", "OpenBLAS 0.3.21 (SkylakeX)"

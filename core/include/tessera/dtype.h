@@ -14,12 +14,16 @@ inline constexpr int kNumDTypes = 6;
 // Size of one element in bytes.
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f64: return 8;
+    case DType::f64:
+      return 8;
     case DType::f32:
-    case DType::i32: return 4;
+    case DType::i32:
+      return 4;
     case DType::f16:
-    case DType::bf16: return 2;
-    case DType::u8: return 1;
+    case DType::bf16:
+      return 2;
+    case DType::u8:
+      return 1;
   }
   return 0;
 }
@@ -27,12 +31,18 @@ constexpr std::size_t dtype_size(DType t) {
 // Lower-case name as printed in messages and JSON: "f32", "i32", ...
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::u8: return "u8";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::i32:
+      return "i32";
+    case DType::u8:
+      return "u8";
   }
   return "?";
 }

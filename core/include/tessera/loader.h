@@ -34,7 +34,7 @@ struct PluginRecord {
   std::string version;  // from the descriptor, once read
   LoadOutcome outcome = LoadOutcome::failed;
   LoadStage stage = LoadStage::format;
-  std::string reason;   // why it failed, or the backend's status note
+  std::string reason;  // why it failed, or the backend's status note
 };
 
 // A loaded plugin: its backend keeps the library loaded for as long as it lives.

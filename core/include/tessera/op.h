@@ -92,8 +92,8 @@ struct AdamAttrs {
   std::int64_t step = 1;
 };
 
-using OpAttrs = std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2dAttrs,
-                             Pool2dAttrs, SgdAttrs, AdamAttrs>;
+using OpAttrs = std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2dAttrs, Pool2dAttrs,
+                             SgdAttrs, AdamAttrs>;
 
 // One call of an op: the tensors and attributes a kernel sees. Inputs and outputs live on the
 // same device. Unless the op's definition says `strided_inputs`, every input is contiguous (it may
@@ -144,6 +144,8 @@ const OpDef& op_def(OpId op);
 std::span<const OpDef> op_defs();
 // The id of the op named |name|, or false when there is none.
 bool op_from_name(std::string_view name, OpId& out);
-inline std::string_view op_name(OpId op) { return op_def(op).name; }
+inline std::string_view op_name(OpId op) {
+  return op_def(op).name;
+}
 
 }  // namespace tessera

@@ -79,7 +79,9 @@ int create_backend(void** out, char* error, std::size_t error_size) noexcept {
   return 1;
 }
 
-inline void destroy_backend(void* backend) noexcept { delete static_cast<Backend*>(backend); }
+inline void destroy_backend(void* backend) noexcept {
+  delete static_cast<Backend*>(backend);
+}
 
 }  // namespace tessera::detail
 
@@ -87,15 +89,18 @@ inline void destroy_backend(void* backend) noexcept { delete static_cast<Backend
 // exceptions it throws are caught and reported as the plugin's create failure.
 //
 //   TESSERA_DEFINE_PLUGIN("vulkan", "0.1.0", tessera::vulkan::create_backend)
-#define TESSERA_DEFINE_PLUGIN(NAME, VERSION, FACTORY)                                          \
-  extern "C" __attribute__((visibility("default"))) const TesseraPluginDescriptor*             \
-  tessera_plugin_entry(void) {                                                                 \
-    static const TesseraPluginDescriptor descriptor = {                                        \
-        TESSERA_PLUGIN_ABI_VERSION,         sizeof(TesseraPluginDescriptor),                   \
-        NAME,                               VERSION,                                           \
-        TESSERA_TOOLCHAIN_FINGERPRINT,      &::tessera::detail::create_backend<&FACTORY>,      \
-        &::tessera::detail::destroy_backend};                                                  \
-    return &descriptor;                                                                        \
+#define TESSERA_DEFINE_PLUGIN(NAME, VERSION, FACTORY)                              \
+  extern "C" __attribute__((visibility("default"))) const TesseraPluginDescriptor* \
+  tessera_plugin_entry(void) {                                                     \
+    static const TesseraPluginDescriptor descriptor = {                            \
+        TESSERA_PLUGIN_ABI_VERSION,                                                \
+        sizeof(TesseraPluginDescriptor),                                           \
+        NAME,                                                                      \
+        VERSION,                                                                   \
+        TESSERA_TOOLCHAIN_FINGERPRINT,                                             \
+        &::tessera::detail::create_backend<&FACTORY>,                              \
+        &::tessera::detail::destroy_backend};                                      \
+    return &descriptor;                                                            \
   }
 
 #endif  // __cplusplus

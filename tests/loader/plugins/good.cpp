@@ -6,7 +6,10 @@ namespace {
 
 class TestDevice final : public tessera::Device {
  public:
-  TestDevice() { info_.name = "Test device"; info_.type = tessera::DeviceType::other; }
+  TestDevice() {
+    info_.name = "Test device";
+    info_.type = tessera::DeviceType::other;
+  }
   const tessera::DeviceInfo& info() const override { return info_; }
   tessera::Allocator& allocator() override { return allocator_; }
   tessera::Queue& queue() override { return queue_; }

@@ -1,2 +1,4 @@
 // A shared object named like a plugin that exports no entry point.
-extern "C" __attribute__((visibility("default"))) int not_the_entry_point() { return 42; }
+extern "C" __attribute__((visibility("default"))) int not_the_entry_point() {
+  return 42;
+}
