@@ -1,6 +1,7 @@
 // The CPU plugin's kernels: every op of the core's op table, on host memory.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <memory>
 
@@ -57,5 +58,20 @@ inline T* out_ptr(const OpCall& call, int i) {
 
 // Grain sizes: below these a loop runs on the calling thread alone.
 inline constexpr std::int64_t kElementGrain = 1 << 15;
+
+// Rows per chunk for loops over rows of |row_length| elements: about kElementGrain elements.
+inline std::int64_t row_grain(std::int64_t row_length) {
+  return std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(row_length, 1));
+}
+
+// Element offset of row |row| of a view: rows index every dimension but the last, row-major.
+inline std::int64_t row_offset(const Shape& shape, const Strides& strides, std::int64_t row) {
+  std::int64_t offset = 0;
+  for (int d = shape.rank() - 2; d >= 0; --d) {
+    offset += (row % shape[d]) * strides[d];
+    row /= shape[d];
+  }
+  return offset;
+}
 
 }  // namespace tessera::cpu

@@ -38,32 +38,22 @@ void binary(const OpCall& call, Context& ctx, F f) {
   const std::int64_t inner = rank ? shape[rank - 1] : 1;
   const std::int64_t sa = rank ? a.strides()[rank - 1] : 0, sb = rank ? b.strides()[rank - 1] : 0;
   const std::int64_t rows = inner ? n / inner : 0;
-  ctx.pool.parallel_for(rows,
-                        std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(inner, 1)),
-                        [&](std::int64_t r0, std::int64_t r1) {
-                          for (std::int64_t r = r0; r < r1; ++r) {
-                            std::int64_t oa = 0, ob = 0, rest = r;
-                            for (int d = rank - 2; d >= 0; --d) {
-                              const std::int64_t idx = rest % shape[d];
-                              rest /= shape[d];
-                              oa += idx * a.strides()[d];
-                              ob += idx * b.strides()[d];
-                            }
-                            float* yr = y + r * inner;
-                            const float* ra = pa + oa;
-                            const float* rb = pb + ob;
-                            if (sa == 1 && sb == 0) {
-                              const float vb = *rb;
-                              for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(ra[i], vb);
-                            } else if (sa == 0 && sb == 1) {
-                              const float va = *ra;
-                              for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(va, rb[i]);
-                            } else {
-                              for (std::int64_t i = 0; i < inner; ++i)
-                                yr[i] = f(ra[i * sa], rb[i * sb]);
-                            }
-                          }
-                        });
+  ctx.pool.parallel_for(rows, row_grain(inner), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      float* yr = y + r * inner;
+      const float* ra = pa + row_offset(shape, a.strides(), r);
+      const float* rb = pb + row_offset(shape, b.strides(), r);
+      if (sa == 1 && sb == 0) {
+        const float vb = *rb;
+        for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(ra[i], vb);
+      } else if (sa == 0 && sb == 1) {
+        const float va = *ra;
+        for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(va, rb[i]);
+      } else {
+        for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(ra[i * sa], rb[i * sb]);
+      }
+    }
+  });
 }
 
 float scalar(const OpCall& call) {
@@ -85,20 +75,13 @@ void strided_copy(const OpCall& call, Context& ctx) {
   }
   const std::int64_t inner = shape[rank - 1], step = x.strides()[rank - 1];
   const std::int64_t rows = inner ? n / inner : 0;
-  ctx.pool.parallel_for(rows,
-                        std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(inner, 1)),
-                        [&](std::int64_t r0, std::int64_t r1) {
-                          for (std::int64_t r = r0; r < r1; ++r) {
-                            std::int64_t off = 0, rest = r;
-                            for (int d = rank - 2; d >= 0; --d) {
-                              off += (rest % shape[d]) * x.strides()[d];
-                              rest /= shape[d];
-                            }
-                            const T* s = src + off;
-                            T* o = dst + r * inner;
-                            for (std::int64_t i = 0; i < inner; ++i) o[i] = s[i * step];
-                          }
-                        });
+  ctx.pool.parallel_for(rows, row_grain(inner), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const T* s = src + row_offset(shape, x.strides(), r);
+      T* o = dst + r * inner;
+      for (std::int64_t i = 0; i < inner; ++i) o[i] = s[i * step];
+    }
+  });
 }
 
 void copy_kernel(const OpCall& call, Context& ctx) {

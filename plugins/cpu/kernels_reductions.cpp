@@ -26,14 +26,12 @@ template <typename F>
 void for_each_line(const OpCall& call, Context& ctx, const Split& sp, F f) {
   const float* x = in_ptr(call, 0);
   const std::int64_t lines = sp.outer * sp.inner;
-  ctx.pool.parallel_for(lines,
-                        std::max<std::int64_t>(1, kElementGrain / std::max<std::int64_t>(sp.n, 1)),
-                        [&](std::int64_t b, std::int64_t e) {
-                          for (std::int64_t l = b; l < e; ++l) {
-                            const std::int64_t o = l / sp.inner, i = l % sp.inner;
-                            f(x + o * sp.n * sp.inner + i, sp.inner, l);
-                          }
-                        });
+  ctx.pool.parallel_for(lines, row_grain(sp.n), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t l = b; l < e; ++l) {
+      const std::int64_t o = l / sp.inner, i = l % sp.inner;
+      f(x + o * sp.n * sp.inner + i, sp.inner, l);
+    }
+  });
 }
 
 template <bool kMean>
@@ -122,21 +120,20 @@ void cross_entropy_backward_kernel(const OpCall& call, Context& ctx) {
   const std::int64_t n = call.in(0).dim(0), c = call.in(0).dim(1);
   const float scale = *in_ptr(call, 2) / static_cast<float>(n);
   float* g = out_ptr(call, 0);
-  ctx.pool.parallel_for(
-      n, std::max<std::int64_t>(1, kElementGrain / c), [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t r = b; r < e; ++r) {
-          const float* row = x + r * c;
-          float* out = g + r * c;
-          const std::int32_t label = labels[r];
-          const double lse = log_sum_exp(row, c);
-          const bool valid = label >= 0 && label < c;
-          for (std::int64_t k = 0; k < c; ++k) {
-            const double p = std::exp(static_cast<double>(row[k]) - lse);
-            out[k] = valid ? static_cast<float>((p - (k == label ? 1.0 : 0.0)) * scale)
-                           : std::numeric_limits<float>::quiet_NaN();
-          }
-        }
-      });
+  ctx.pool.parallel_for(n, row_grain(c), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      const float* row = x + r * c;
+      float* out = g + r * c;
+      const std::int32_t label = labels[r];
+      const double lse = log_sum_exp(row, c);
+      const bool valid = label >= 0 && label < c;
+      for (std::int64_t k = 0; k < c; ++k) {
+        const double p = std::exp(static_cast<double>(row[k]) - lse);
+        out[k] = valid ? static_cast<float>((p - (k == label ? 1.0 : 0.0)) * scale)
+                       : std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+  });
 }
 
 }  // namespace
