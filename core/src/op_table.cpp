@@ -192,6 +192,27 @@ void infer_max_pool2d_backward(const OpCall& call, std::span<TensorSpec> out) {
 
 void infer_fill(const OpCall&, std::span<TensorSpec>) {}
 
+void infer_max_backward(const OpCall& call, std::span<TensorSpec> out) {
+  const auto& at = call.attr<AxisAttrs>();
+  const Tensor &grad = call.in(0), &x = call.in(1);
+  require(at.axis >= 0 && at.axis < x.rank(), call, "axis {} is out of range for shape {}", at.axis,
+          x.shape().str());
+  require(x.dim(at.axis) > 0, call, "can not reduce an empty axis");
+  require(grad.dtype() == x.dtype(), call, "grad and x must have the same dtype, got {} and {}",
+          dtype_name(grad.dtype()), dtype_name(x.dtype()));
+  require(grad.numel() * x.dim(at.axis) == x.numel(), call,
+          "grad {} is not x {} reduced along axis {}", grad.shape().str(), x.shape().str(),
+          at.axis);
+  out[0] = {x.shape(), x.dtype()};
+}
+
+void infer_dropout_mask(const OpCall& call, std::span<TensorSpec> out) {
+  const auto& at = call.attr<DropoutAttrs>();
+  require(at.p >= 0 && at.p < 1, call, "p must be in [0, 1), got {}", at.p);
+  require(out[0].shape.numel() <= (std::int64_t{1} << 32), call,
+          "masks are limited to 2^32 elements, got {}", out[0].shape.str());
+}
+
 void infer_sgd(const OpCall& call, std::span<TensorSpec> out) {
   require(out[0].shape == call.in(0).shape() && out[1].shape == call.in(0).shape(), call,
           "param {}, grad {} and momentum {} must have the same shape", out[0].shape.str(),
@@ -243,6 +264,8 @@ constexpr OpDef kOps[] = {
     {OpId::fill, "fill", 0, 1, false, true, false, infer_fill},
     {OpId::sgd_update, "sgd_update", 1, 2, false, true, false, infer_sgd},
     {OpId::adam_update, "adam_update", 1, 3, false, true, false, infer_adam},
+    {OpId::max_backward, "max_backward", 2, 1, false, false, false, infer_max_backward},
+    {OpId::dropout_mask, "dropout_mask", 0, 1, false, true, false, infer_dropout_mask},
 };
 static_assert(std::size(kOps) == kNumOps, "one OpDef per OpId");
 

@@ -196,6 +196,9 @@ Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Shap
                            Pool2dAttrs attrs) {
   return run_shaped(OpId::max_pool2d_backward, {grad, indices}, input_shape, attrs);
 }
+Tensor max_backward(const Tensor& grad, const Tensor& x, int axis) {
+  return run1(OpId::max_backward, {grad, x}, axis_attrs(x, axis, false));
+}
 Tensor copy(const Tensor& x) {
   return run1(OpId::copy, {x});
 }
@@ -203,6 +206,12 @@ Tensor copy(const Tensor& x) {
 void fill_(Tensor& t, double value) {
   OpCall call = make_call(OpId::fill, {}, ScalarAttrs{value});
   call.outputs[0] = t;
+  run_op(call);
+}
+
+void dropout_mask_(Tensor& mask, const DropoutAttrs& attrs) {
+  OpCall call = make_call(OpId::dropout_mask, {}, attrs);
+  call.outputs[0] = mask;
   run_op(call);
 }
 

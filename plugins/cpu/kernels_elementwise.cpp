@@ -121,6 +121,16 @@ void fill_kernel(const OpCall& call, Context& ctx) {
   }
 }
 
+void dropout_mask_kernel(const OpCall& call, Context& ctx) {
+  const auto& a = call.attr<DropoutAttrs>();
+  float* y = out_ptr(call, 0);
+  const float keep = 1.0f / (1.0f - a.p);
+  ctx.pool.parallel_for(call.out(0).numel(), kElementGrain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i)
+      y[i] = dropout_uniform(a.seed, static_cast<std::uint32_t>(i)) >= a.p ? keep : 0.0f;
+  });
+}
+
 Support any_dtype(const OpCall&) {
   return Support::yes();
 }
@@ -187,6 +197,7 @@ void register_elementwise(KernelTable& t, Context& ctx) {
   });
   set(OpId::copy, copy_kernel, any_dtype);
   set(OpId::fill, fill_kernel, fill_dtypes);
+  set(OpId::dropout_mask, dropout_mask_kernel);
 }
 
 }  // namespace tessera::cpu

@@ -66,6 +66,24 @@ void argmax_kernel(const OpCall& call, Context& ctx) {
   });
 }
 
+// Splits x along the axis; the gradient of line l goes to its first maximum.
+void max_backward_kernel(const OpCall& call, Context& ctx) {
+  const Split sp = split(call.in(1).shape(), call.attr<AxisAttrs>().axis);
+  const float* g = in_ptr(call, 0);
+  const float* x = in_ptr(call, 1);
+  float* y = out_ptr(call, 0);
+  const std::int64_t lines = sp.outer * sp.inner;
+  ctx.pool.parallel_for(lines, row_grain(sp.n), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t l = b; l < e; ++l) {
+      const std::int64_t start = (l / sp.inner) * sp.n * sp.inner + l % sp.inner;
+      std::int64_t best = 0;
+      for (std::int64_t k = 1; k < sp.n; ++k)
+        if (x[start + k * sp.inner] > x[start + best * sp.inner]) best = k;
+      for (std::int64_t k = 0; k < sp.n; ++k) y[start + k * sp.inner] = k == best ? g[l] : 0.0f;
+    }
+  });
+}
+
 template <bool kLog>
 void softmax_kernel(const OpCall& call, Context& ctx) {
   const Split sp = split(call.in(0).shape(), call.attr<AxisAttrs>().axis);
@@ -146,6 +164,7 @@ void register_reductions(KernelTable& t, Context& ctx) {
   set(OpId::mean, sum_kernel<true>);
   set(OpId::max, max_kernel);
   set(OpId::argmax, argmax_kernel);
+  set(OpId::max_backward, max_backward_kernel);
   set(OpId::softmax, softmax_kernel<false>);
   set(OpId::log_softmax, softmax_kernel<true>);
   set(OpId::cross_entropy, cross_entropy_kernel);

@@ -248,6 +248,27 @@ std::vector<Case> cases() {
                    ASSERT_EQ(got.size(), want.size());
                    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
                  }});
+    c.push_back({fmt::format("max_backward_axis{}", axis), OpId::max_backward, [=](Device& d) {
+                   const Vec x = randn(105);
+                   const Tensor tx = on(d, x, x_shape);
+                   const Shape reduced = max(tx, axis).shape();
+                   const Vec g = randn(reduced.numel());
+                   const Vec y = max_backward(on(d, g, reduced), tx, axis).to_vector<float>();
+                   // Reference: the gradient of line l at its first maximum.
+                   const std::int64_t dims[3] = {3, 7, 5};
+                   std::int64_t inner = 1;
+                   for (int i = axis + 1; i < 3; ++i) inner *= dims[i];
+                   const std::int64_t n = dims[axis];
+                   Ref r(x.size(), 0.0);
+                   for (std::int64_t l = 0; l < reduced.numel(); ++l) {
+                     const std::int64_t start = (l / inner) * n * inner + l % inner;
+                     std::int64_t best = 0;
+                     for (std::int64_t k = 1; k < n; ++k)
+                       if (x[start + k * inner] > x[start + best * inner]) best = k;
+                     r[start + best * inner] = g[l];
+                   }
+                   expect_close(y, r);
+                 }});
     for (bool lg : {false, true})
       c.push_back({fmt::format("{}_axis{}", lg ? "log_softmax" : "softmax", axis),
                    lg ? OpId::log_softmax : OpId::softmax, [=](Device& d) {
@@ -385,6 +406,27 @@ std::vector<Case> cases() {
                               Ref(33, double(v)));
                  const auto i = Tensor::full({5}, -7, DType::i32, &d).to_vector<std::int32_t>();
                  EXPECT_EQ(i, std::vector<std::int32_t>(5, -7));
+               }});
+  c.push_back({"dropout_mask", OpId::dropout_mask, [](Device& d) {
+                 // Every device gives the same mask: the reference is dropout_uniform itself.
+                 DropoutAttrs a;
+                 a.p = uniform(1, 0.2f, 0.7f)[0];
+                 a.seed = (std::uint64_t{rng()()} << 32) | rng()();
+                 Tensor t = Tensor::empty({3, 1000}, DType::f32, &d);
+                 dropout_mask_(t, a);
+                 const Vec y = t.to_vector<float>();
+                 Ref r(y.size());
+                 std::size_t kept = 0;
+                 for (std::size_t i = 0; i < r.size(); ++i) {
+                   const bool keep = dropout_uniform(a.seed, static_cast<std::uint32_t>(i)) >= a.p;
+                   r[i] = keep ? 1.0 / (1.0 - double(a.p)) : 0.0;
+                   kept += keep;
+                 }
+                 expect_close(y, r);
+                 // The kept fraction is 1-p within five standard deviations.
+                 const double frac = double(kept) / double(r.size());
+                 const double sd = std::sqrt(double(a.p) * (1 - a.p) / double(r.size()));
+                 EXPECT_NEAR(frac, 1 - a.p, 5 * sd);
                }});
   for (int variant = 0; variant < 4; ++variant)
     c.push_back({fmt::format("sgd_update_{}", variant), OpId::sgd_update, [=](Device& d) {

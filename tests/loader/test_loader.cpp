@@ -1,5 +1,6 @@
 // The loader against deliberately broken plugins: each is reported at the right stage with a
 // reason, and the process goes on.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -7,6 +8,7 @@
 #include <filesystem>
 
 #include "tessera/loader.h"
+#include "tessera/plugin.h"
 
 using namespace tessera;
 namespace fs = std::filesystem;
@@ -53,9 +55,9 @@ TEST_F(Loader, ReportsAWrongAbiVersion) {
   const PluginRecord& r = record(*result_, "wrongabi");
   EXPECT_EQ(r.outcome, LoadOutcome::failed);
   EXPECT_EQ(r.stage, LoadStage::abi);
-  EXPECT_EQ(r.reason,
-            "incompatible ABI version (plugin: 2, runtime: 1); rebuild the plugin against this "
-            "Tessera SDK");
+  EXPECT_EQ(r.reason, fmt::format("incompatible ABI version (plugin: {}, runtime: {}); rebuild the "
+                                  "plugin against this Tessera SDK",
+                                  TESSERA_PLUGIN_ABI_VERSION + 1, TESSERA_PLUGIN_ABI_VERSION));
 }
 
 TEST_F(Loader, ReportsAMissingEntryPoint) {

@@ -45,9 +45,11 @@ enum class OpId : std::uint16_t {
   fill,                    // () -> out[...] = s, in place, ScalarAttrs
   sgd_update,              // (grad) -> param, momentum updated in place, SgdAttrs
   adam_update,             // (grad) -> param, m, v updated in place, AdamAttrs
+  max_backward,            // (grad [reduced], x) -> grad at the first max along axis, AxisAttrs
+  dropout_mask,  // () -> out[i] = 0 or 1/(1-p), a pure function of (seed, i), DropoutAttrs
 };
 
-inline constexpr int kNumOps = static_cast<int>(OpId::adam_update) + 1;
+inline constexpr int kNumOps = static_cast<int>(OpId::dropout_mask) + 1;
 inline constexpr int kMaxOpInputs = 3;
 inline constexpr int kMaxOpOutputs = 3;
 
@@ -92,8 +94,33 @@ struct AdamAttrs {
   std::int64_t step = 1;
 };
 
+// A dropout mask that every device computes bit for bit the same: element i keeps (value
+// 1/(1-p)) when dropout_uniform(seed, i) >= p, else is 0. See dropout_uniform below.
+struct DropoutAttrs {
+  float p = 0.5f;
+  std::uint64_t seed = 0;
+};
+
 using OpAttrs = std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2dAttrs, Pool2dAttrs,
-                             SgdAttrs, AdamAttrs>;
+                             SgdAttrs, AdamAttrs, DropoutAttrs>;
+
+// The counter-based random number behind dropout_mask, written with 32-bit integer operations
+// only so that a GLSL or OpenCL kernel computes the same value: a uniform float in [0, 1) with
+// 24 random bits, for element |index| (< 2^32) of the stream |seed|.
+inline std::uint32_t dropout_hash(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+inline float dropout_uniform(std::uint64_t seed, std::uint32_t index) {
+  const std::uint32_t key =
+      dropout_hash(static_cast<std::uint32_t>(seed) ^
+                   dropout_hash(static_cast<std::uint32_t>(seed >> 32) + 0x9e3779b9u));
+  return static_cast<float>(dropout_hash(index ^ key) >> 8) * (1.0f / 16777216.0f);
+}
 
 // One call of an op: the tensors and attributes a kernel sees. Inputs and outputs live on the
 // same device. Unless the op's definition says `strided_inputs`, every input is contiguous (it may

@@ -46,10 +46,15 @@ Tensor conv2d_backward_weight(const Tensor& grad, const Tensor& x, const Shape& 
 std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, Pool2dAttrs attrs = {});
 Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Shape& input_shape,
                            Pool2dAttrs attrs = {});
+// The gradient of max(x, axis): |grad| (the reduced shape, keepdim or not) placed at the first
+// maximum along |axis| of |x|, zeros elsewhere.
+Tensor max_backward(const Tensor& grad, const Tensor& x, int axis);
 // A contiguous copy (also what Tensor::contiguous() uses).
 Tensor copy(const Tensor& x);
 // Sets every element of the contiguous tensor |t| to |value|.
 void fill_(Tensor& t, double value);
+// Fills the contiguous f32 tensor |mask| with a dropout mask (DropoutAttrs in op.h).
+void dropout_mask_(Tensor& mask, const DropoutAttrs& attrs);
 // Optimizer steps, in place on |param| and the state tensors (all contiguous, same shape).
 void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum, const SgdAttrs& attrs);
 void adam_update_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamAttrs& attrs);
