@@ -28,6 +28,13 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
+// A file that can not be read or written, or whose contents are malformed (a dataset, a
+// checkpoint); the message names the file and what is wrong.
+class FileError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A device the user asked for does not exist or can not run on this system.
 class DeviceUnavailable : public Error {
  public:

@@ -1,0 +1,113 @@
+// Reverse-mode automatic differentiation over core tensors, as torch.autograd does it: a Variable
+// is a tensor plus the record of the op that made it; backward() walks that record in reverse
+// and accumulates gradients into the leaves that require them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tessera/op.h"
+#include "tessera/tensor.h"
+
+namespace tessera::train {
+
+struct Node;
+
+// A tensor that records how it was computed. Copies share the node, like PyTorch tensors.
+//
+// A leaf (made by the constructor) holds a value and, when requires_grad, a gradient that
+// backward() adds to (gradient accumulation) until zero_grad(). A non-leaf is made by the
+// functions below while gradient mode is on and an input requires grad; it keeps what its
+// backward rule needs until backward() has run through it.
+//
+// Thread safety: a graph is used from one thread at a time; NoGradGuard is per thread.
+class Variable {
+ public:
+  Variable() = default;
+  explicit Variable(Tensor value, bool requires_grad = false);
+
+  bool defined() const { return node_ != nullptr; }
+  const Tensor& value() const;
+  const Shape& shape() const { return value().shape(); }
+  bool requires_grad() const;
+  bool is_leaf() const;
+  // The accumulated gradient of a leaf; undefined before the first backward() or after
+  // zero_grad().
+  const Tensor& grad() const;
+  // Drops the gradient (PyTorch's set_to_none), so the next backward() starts from nothing.
+  void zero_grad();
+  // Replaces the value of a leaf (moving a parameter to a device, loading a checkpoint). Throws
+  // InvalidArgument for a non-leaf or a different shape.
+  void set_value(Tensor value);
+
+  // Back-propagates from this one-element variable (seed 1), or from any variable with a
+  // gradient |grad| of its shape. Frees the graph's saved tensors on the way (as PyTorch's
+  // retain_graph=false): a second backward() through the same graph throws InvalidArgument.
+  void backward() const;
+  void backward(const Tensor& grad) const;
+
+  const std::shared_ptr<Node>& node() const { return node_; }
+
+ private:
+  explicit Variable(std::shared_ptr<Node> node) : node_(std::move(node)) {}
+  friend Variable make_result(Tensor value, std::vector<Variable> inputs,
+                              std::function<std::vector<Tensor>(const Tensor&)> backward);
+  std::shared_ptr<Node> node_;
+};
+
+// Whether new results record their history on this thread (true unless a NoGradGuard lives).
+bool grad_enabled();
+
+// Turns recording off for its scope on this thread, like torch.no_grad().
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Builds a result: records |backward| (the gradient of each input given the result's gradient;
+// an undefined tensor for an input that needs none) when recording is on and an input requires
+// grad, else a plain value. For writing new differentiable functions.
+Variable make_result(Tensor value, std::vector<Variable> inputs,
+                     std::function<std::vector<Tensor>(const Tensor&)> backward);
+
+// Sums |grad| down to |shape| over the dimensions that broadcasting expanded.
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+
+// Differentiable versions of the core ops (ops.h has their contracts).
+Variable matmul(const Variable& a, const Variable& b, bool trans_a = false, bool trans_b = false);
+Variable add(const Variable& a, const Variable& b);
+Variable sub(const Variable& a, const Variable& b);
+Variable mul(const Variable& a, const Variable& b);
+Variable div(const Variable& a, const Variable& b);
+Variable add_scalar(const Variable& a, double s);
+Variable mul_scalar(const Variable& a, double s);
+Variable relu(const Variable& x);
+Variable exp(const Variable& x);
+Variable log(const Variable& x);
+Variable tanh(const Variable& x);
+Variable sigmoid(const Variable& x);
+Variable sum(const Variable& x, int axis, bool keepdim = false);
+Variable mean(const Variable& x, int axis, bool keepdim = false);
+Variable max(const Variable& x, int axis, bool keepdim = false);
+Variable softmax(const Variable& x, int axis = -1);
+Variable log_softmax(const Variable& x, int axis = -1);
+// Mean cross-entropy of |logits| [N,C] against i32 |labels| [N] (not differentiated).
+Variable cross_entropy(const Variable& logits, const Tensor& labels);
+Variable conv2d(const Variable& x, const Variable& w, Conv2dAttrs attrs = {});
+Variable max_pool2d(const Variable& x, Pool2dAttrs attrs = {});
+Variable reshape(const Variable& x, const Shape& shape);
+Variable copy(const Variable& x);
+// x @ w^T + b for x [N,in], w [out,in] (PyTorch's layout), b [out] (may be undefined).
+Variable linear(const Variable& x, const Variable& w, const Variable& b);
+// x * mask, where mask is dropout_mask(p, seed): zero with probability p, else 1/(1-p).
+Variable dropout(const Variable& x, float p, std::uint64_t seed);
+
+}  // namespace tessera::train

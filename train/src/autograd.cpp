@@ -1,0 +1,391 @@
+#include "tessera/train/autograd.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "tessera/errors.h"
+#include "tessera/ops.h"
+
+namespace tessera::train {
+
+// One value of the graph. A leaf has no backward rule; a non-leaf keeps its inputs and the rule
+// until backward() has passed through it.
+struct Node {
+  Tensor value;
+  Tensor grad;  // leaves only
+  bool requires_grad = false;
+  bool leaf = true;
+  bool released = false;  // a non-leaf whose graph was freed by backward()
+  std::vector<Variable> inputs;
+  std::function<std::vector<Tensor>(const Tensor&)> backward;
+};
+
+namespace {
+
+thread_local bool g_grad_enabled = true;
+
+Node& node_of(const Variable& v) {
+  if (!v.defined()) throw InvalidArgument("use of an undefined Variable");
+  return *v.node();
+}
+
+// Nodes reachable from |root| that require grad, each after every node that uses it. The owning
+// pointers keep every node alive while backward() frees the graph's edges.
+std::vector<std::shared_ptr<Node>> topo_order(const std::shared_ptr<Node>& root) {
+  std::vector<std::shared_ptr<Node>> order;
+  std::unordered_map<Node*, bool> seen;
+  std::vector<std::pair<std::shared_ptr<Node>, std::size_t>> stack{{root, 0}};
+  seen[root.get()] = true;
+  while (!stack.empty()) {
+    auto& [n, next] = stack.back();
+    if (next < n->inputs.size()) {
+      const std::shared_ptr<Node>& in = n->inputs[next++].node();
+      if (in && in->requires_grad && !seen[in.get()]) {
+        seen[in.get()] = true;
+        stack.push_back({in, 0});
+      }
+    } else {
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  std::reverse(order.begin(), order.end());
+  return order;
+}
+
+Tensor accumulate(const Tensor& acc, const Tensor& g) {
+  return acc.defined() ? tessera::add(acc, g) : g;
+}
+
+}  // namespace
+
+Variable::Variable(Tensor value, bool requires_grad) : node_(std::make_shared<Node>()) {
+  if (!value.defined()) throw InvalidArgument("a Variable needs a defined tensor");
+  node_->value = std::move(value);
+  node_->requires_grad = requires_grad;
+}
+
+const Tensor& Variable::value() const {
+  return node_of(*this).value;
+}
+bool Variable::requires_grad() const {
+  return node_of(*this).requires_grad;
+}
+bool Variable::is_leaf() const {
+  return node_of(*this).leaf;
+}
+const Tensor& Variable::grad() const {
+  return node_of(*this).grad;
+}
+void Variable::zero_grad() {
+  node_of(*this).grad = Tensor();
+}
+
+void Variable::set_value(Tensor value) {
+  Node& n = node_of(*this);
+  if (!n.leaf) throw InvalidArgument("set_value: only a leaf Variable's value can be replaced");
+  if (!(value.shape() == n.value.shape()))
+    throw InvalidArgument(fmt::format("set_value: shape {} does not match the Variable's {}",
+                                      value.shape().str(), n.value.shape().str()));
+  n.value = std::move(value);
+  if (n.grad.defined() && &n.grad.device() != &n.value.device()) n.grad = Tensor();
+}
+
+void Variable::backward() const {
+  const Tensor& v = value();
+  if (v.numel() != 1)
+    throw InvalidArgument(
+        fmt::format("backward() without a gradient needs a one-element result, got shape {}; "
+                    "pass the gradient of the result",
+                    v.shape().str()));
+  backward(Tensor::full(v.shape(), 1.0, v.dtype(), &v.device()));
+}
+
+void Variable::backward(const Tensor& grad) const {
+  Node& root = node_of(*this);
+  if (!root.requires_grad)
+    throw InvalidArgument(
+        "backward() on a result that does not require grad: no input of its graph has "
+        "requires_grad, or it was computed under NoGradGuard");
+  if (root.released)
+    throw InvalidArgument("backward() through a graph that an earlier backward() already freed");
+  if (!(grad.shape() == root.value.shape()))
+    throw InvalidArgument(fmt::format("backward(): gradient shape {} does not match result {}",
+                                      grad.shape().str(), root.value.shape().str()));
+
+  std::unordered_map<Node*, Tensor> pending{{&root, grad}};
+  for (const std::shared_ptr<Node>& n : topo_order(node_)) {
+    auto it = pending.find(n.get());
+    if (it == pending.end()) continue;
+    const Tensor g = std::move(it->second);
+    pending.erase(it);
+    if (n->leaf) {
+      n->grad = accumulate(n->grad, g);
+      continue;
+    }
+    if (n->released)
+      throw InvalidArgument("backward() through a graph that an earlier backward() already freed");
+    std::vector<Tensor> grads = n->backward(g);
+    for (std::size_t i = 0; i < n->inputs.size(); ++i) {
+      Node* in = n->inputs[i].node().get();
+      if (!in || !in->requires_grad || i >= grads.size() || !grads[i].defined()) continue;
+      Tensor& slot = pending[in];
+      slot = accumulate(slot, grads[i]);
+    }
+    n->backward = nullptr;
+    n->inputs.clear();
+    n->released = true;
+  }
+}
+
+bool grad_enabled() {
+  return g_grad_enabled;
+}
+
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) {
+  g_grad_enabled = false;
+}
+NoGradGuard::~NoGradGuard() {
+  g_grad_enabled = previous_;
+}
+
+Variable make_result(Tensor value, std::vector<Variable> inputs,
+                     std::function<std::vector<Tensor>(const Tensor&)> backward) {
+  auto node = std::make_shared<Node>();
+  node->value = std::move(value);
+  const bool needs = g_grad_enabled && std::any_of(inputs.begin(), inputs.end(), [](auto& v) {
+                       return v.defined() && v.requires_grad();
+                     });
+  if (needs) {
+    node->requires_grad = true;
+    node->leaf = false;
+    node->inputs = std::move(inputs);
+    node->backward = std::move(backward);
+  }
+  return Variable(std::move(node));
+}
+
+Tensor sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  Tensor g = grad;
+  while (g.rank() > shape.rank()) g = tessera::sum(g, 0);
+  for (int d = 0; d < shape.rank(); ++d)
+    if (shape[d] == 1 && g.dim(d) != 1) g = tessera::sum(g, d, true);
+  return g;
+}
+
+namespace {
+
+using Grads = std::vector<Tensor>;
+
+// Only what the rules below need: which inputs want a gradient.
+bool wants(const Variable& v) {
+  return v.defined() && v.requires_grad();
+}
+
+Shape keepdim_shape(const Shape& s, int axis) {
+  Shape r = s;
+  r[axis] = 1;
+  return r;
+}
+
+// |g| of a reduction along |axis| spread back over |shape| (a stride-0 view made contiguous).
+Tensor spread(const Tensor& g, const Shape& shape, int axis) {
+  return tessera::copy(g.reshape(keepdim_shape(shape, axis)).expand(shape));
+}
+
+}  // namespace
+
+Variable matmul(const Variable& a, const Variable& b, bool ta, bool tb) {
+  return make_result(tessera::matmul(a.value(), b.value(), ta, tb), {a, b},
+                     [a, b, ta, tb](const Tensor& g) -> Grads {
+                       Tensor ga, gb;
+                       if (wants(a))
+                         ga = ta ? tessera::matmul(b.value(), g, tb, true)
+                                 : tessera::matmul(g, b.value(), false, !tb);
+                       if (wants(b))
+                         gb = tb ? tessera::matmul(g, a.value(), true, ta)
+                                 : tessera::matmul(a.value(), g, !ta, false);
+                       return {ga, gb};
+                     });
+}
+
+Variable add(const Variable& a, const Variable& b) {
+  return make_result(tessera::add(a.value(), b.value()), {a, b},
+                     [sa = a.shape(), sb = b.shape()](const Tensor& g) -> Grads {
+                       return {sum_to(g, sa), sum_to(g, sb)};
+                     });
+}
+
+Variable sub(const Variable& a, const Variable& b) {
+  return make_result(tessera::sub(a.value(), b.value()), {a, b},
+                     [sa = a.shape(), sb = b.shape()](const Tensor& g) -> Grads {
+                       return {sum_to(g, sa), sum_to(tessera::mul_scalar(g, -1.0), sb)};
+                     });
+}
+
+Variable mul(const Variable& a, const Variable& b) {
+  return make_result(tessera::mul(a.value(), b.value()), {a, b}, [a, b](const Tensor& g) -> Grads {
+    Tensor ga, gb;
+    if (wants(a)) ga = sum_to(tessera::mul(g, b.value()), a.shape());
+    if (wants(b)) gb = sum_to(tessera::mul(g, a.value()), b.shape());
+    return {ga, gb};
+  });
+}
+
+Variable div(const Variable& a, const Variable& b) {
+  Tensor y = tessera::div(a.value(), b.value());
+  return make_result(y, {a, b}, [a, b, y](const Tensor& g) -> Grads {
+    Tensor ga, gb;
+    if (wants(a)) ga = sum_to(tessera::div(g, b.value()), a.shape());
+    if (wants(b))
+      gb =
+          sum_to(tessera::mul_scalar(tessera::div(tessera::mul(g, y), b.value()), -1.0), b.shape());
+    return {ga, gb};
+  });
+}
+
+Variable add_scalar(const Variable& a, double s) {
+  return make_result(tessera::add_scalar(a.value(), s), {a},
+                     [](const Tensor& g) -> Grads { return {g}; });
+}
+
+Variable mul_scalar(const Variable& a, double s) {
+  return make_result(tessera::mul_scalar(a.value(), s), {a},
+                     [s](const Tensor& g) -> Grads { return {tessera::mul_scalar(g, s)}; });
+}
+
+Variable relu(const Variable& x) {
+  return make_result(tessera::relu(x.value()), {x}, [x](const Tensor& g) -> Grads {
+    return {tessera::relu_backward(g, x.value())};
+  });
+}
+
+Variable exp(const Variable& x) {
+  Tensor y = tessera::exp(x.value());
+  return make_result(y, {x}, [y](const Tensor& g) -> Grads { return {tessera::mul(g, y)}; });
+}
+
+Variable log(const Variable& x) {
+  return make_result(tessera::log(x.value()), {x},
+                     [x](const Tensor& g) -> Grads { return {tessera::div(g, x.value())}; });
+}
+
+Variable tanh(const Variable& x) {
+  Tensor y = tessera::tanh(x.value());
+  return make_result(y, {x}, [y](const Tensor& g) -> Grads {
+    // g * (1 - y^2)
+    const Tensor one_minus =
+        tessera::add_scalar(tessera::mul_scalar(tessera::mul(y, y), -1.0), 1.0);
+    return {tessera::mul(g, one_minus)};
+  });
+}
+
+Variable sigmoid(const Variable& x) {
+  Tensor y = tessera::sigmoid(x.value());
+  return make_result(y, {x}, [y](const Tensor& g) -> Grads {
+    // g * y * (1 - y)
+    const Tensor one_minus = tessera::add_scalar(tessera::mul_scalar(y, -1.0), 1.0);
+    return {tessera::mul(g, tessera::mul(y, one_minus))};
+  });
+}
+
+Variable sum(const Variable& x, int axis, bool keepdim) {
+  const int ax = x.shape().normalize_axis(axis);
+  return make_result(tessera::sum(x.value(), ax, keepdim), {x},
+                     [s = x.shape(), ax](const Tensor& g) -> Grads { return {spread(g, s, ax)}; });
+}
+
+Variable mean(const Variable& x, int axis, bool keepdim) {
+  const int ax = x.shape().normalize_axis(axis);
+  return make_result(tessera::mean(x.value(), ax, keepdim), {x},
+                     [s = x.shape(), ax](const Tensor& g) -> Grads {
+                       const double inv = 1.0 / static_cast<double>(s[ax]);
+                       return {tessera::mul_scalar(spread(g, s, ax), inv)};
+                     });
+}
+
+Variable max(const Variable& x, int axis, bool keepdim) {
+  const int ax = x.shape().normalize_axis(axis);
+  return make_result(tessera::max(x.value(), ax, keepdim), {x}, [x, ax](const Tensor& g) -> Grads {
+    return {tessera::max_backward(g, x.value(), ax)};
+  });
+}
+
+Variable softmax(const Variable& x, int axis) {
+  const int ax = x.shape().normalize_axis(axis);
+  Tensor y = tessera::softmax(x.value(), ax);
+  return make_result(y, {x}, [y, ax](const Tensor& g) -> Grads {
+    // y * (g - sum(g * y))
+    const Tensor dot = tessera::sum(tessera::mul(g, y), ax, true);
+    return {tessera::mul(y, tessera::sub(g, dot))};
+  });
+}
+
+Variable log_softmax(const Variable& x, int axis) {
+  const int ax = x.shape().normalize_axis(axis);
+  Tensor y = tessera::log_softmax(x.value(), ax);
+  return make_result(y, {x}, [y, ax](const Tensor& g) -> Grads {
+    // g - softmax(x) * sum(g)
+    const Tensor total = tessera::sum(g, ax, true);
+    return {tessera::sub(g, tessera::mul(tessera::exp(y), total))};
+  });
+}
+
+Variable cross_entropy(const Variable& logits, const Tensor& labels) {
+  return make_result(tessera::cross_entropy(logits.value(), labels), {logits},
+                     [logits, labels](const Tensor& g) -> Grads {
+                       return {tessera::cross_entropy_backward(logits.value(), labels, g)};
+                     });
+}
+
+Variable conv2d(const Variable& x, const Variable& w, Conv2dAttrs attrs) {
+  return make_result(tessera::conv2d(x.value(), w.value(), attrs), {x, w},
+                     [x, w, attrs](const Tensor& g) -> Grads {
+                       Tensor gx, gw;
+                       if (wants(x))
+                         gx = tessera::conv2d_backward_input(g, w.value(), x.shape(), attrs);
+                       if (wants(w))
+                         gw = tessera::conv2d_backward_weight(g, x.value(), w.shape(), attrs);
+                       return {gx, gw};
+                     });
+}
+
+Variable max_pool2d(const Variable& x, Pool2dAttrs attrs) {
+  auto [y, indices] = tessera::max_pool2d(x.value(), attrs);
+  return make_result(y, {x}, [indices, s = x.shape(), attrs](const Tensor& g) -> Grads {
+    return {tessera::max_pool2d_backward(g, indices, s, attrs)};
+  });
+}
+
+Variable reshape(const Variable& x, const Shape& shape) {
+  return make_result(x.value().reshape(shape), {x},
+                     [s = x.shape()](const Tensor& g) -> Grads { return {g.reshape(s)}; });
+}
+
+Variable copy(const Variable& x) {
+  return make_result(tessera::copy(x.value()), {x}, [](const Tensor& g) -> Grads { return {g}; });
+}
+
+Variable linear(const Variable& x, const Variable& w, const Variable& b) {
+  Tensor y = tessera::matmul(x.value(), w.value(), false, true);
+  if (b.defined()) y = tessera::add(y, b.value());
+  return make_result(y, {x, w, b}, [x, w, b](const Tensor& g) -> Grads {
+    Tensor gx, gw, gb;
+    if (wants(x)) gx = tessera::matmul(g, w.value());
+    if (wants(w)) gw = tessera::matmul(g, x.value(), true, false);
+    if (wants(b)) gb = tessera::sum(g, 0);
+    return {gx, gw, gb};
+  });
+}
+
+Variable dropout(const Variable& x, float p, std::uint64_t seed) {
+  Tensor mask = Tensor::empty(x.shape(), x.value().dtype(), &x.value().device());
+  dropout_mask_(mask, DropoutAttrs{p, seed});
+  return make_result(tessera::mul(x.value(), mask), {x},
+                     [mask](const Tensor& g) -> Grads { return {tessera::mul(g, mask)}; });
+}
+
+}  // namespace tessera::train

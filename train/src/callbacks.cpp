@@ -1,0 +1,160 @@
+#include "tessera/train/callbacks.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "tessera/errors.h"
+#include "tessera/train/io.h"
+
+namespace tessera::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "--:--";
+  const auto total = static_cast<long>(s + 0.5);
+  if (total >= 3600)
+    return fmt::format("{}:{:02}:{:02}", total / 3600, total / 60 % 60, total % 60);
+  return fmt::format("{:02}:{:02}", total / 60, total % 60);
+}
+
+std::string percent(double v) {
+  return std::isfinite(v) ? fmt::format("{:.2f}%", 100 * v) : "-";
+}
+
+std::string csv_number(double v) {
+  return std::isfinite(v) ? fmt::format("{:.6g}", v) : "";
+}
+
+}  // namespace
+
+ProgressBar::ProgressBar(std::FILE* out) : out_(out), tty_(::isatty(::fileno(out)) != 0) {}
+
+void ProgressBar::on_fit_start(Trainer& t) {
+  fmt::print(out_, "Training on {} ({}), {} parameters\n", t.device().id(), t.device().info().name,
+             t.model().num_parameters());
+  if (t.resumed())
+    fmt::print(out_, "Resumed from {} (epoch {} done)\n", t.resumed_from().string(),
+               t.progress().epoch);
+  std::fflush(out_);
+}
+
+void ProgressBar::on_train_progress(Trainer&, const StepProgress& p) {
+  const double rate = static_cast<double>(p.samples) / std::max(p.seconds, 1e-9);
+  const double left =
+      p.seconds / static_cast<double>(p.batch) * static_cast<double>(p.num_batches - p.batch);
+  if (tty_) {
+    constexpr int kWidth = 30;
+    const auto filled =
+        static_cast<int>(kWidth * p.batch / std::max<std::int64_t>(p.num_batches, 1));
+    fmt::print(out_, "\rEpoch {}/{} [{}{}] {}/{} loss {:.4f} | {:.0f} samples/s | {} left\x1b[K",
+               p.epoch, p.max_epochs, std::string(static_cast<std::size_t>(filled), '='),
+               std::string(static_cast<std::size_t>(kWidth - filled), ' '), p.batch, p.num_batches,
+               p.loss, rate, duration(left));
+    std::fflush(out_);
+    return;
+  }
+  const std::int64_t decile = 10 * p.batch / std::max<std::int64_t>(p.num_batches, 1);
+  if (decile == last_decile_ || p.batch == p.num_batches) return;
+  last_decile_ = decile;
+  fmt::print(out_, "epoch {}/{} batch {}/{} loss {:.4f} {:.0f} samples/s {} left\n", p.epoch,
+             p.max_epochs, p.batch, p.num_batches, p.loss, rate, duration(left));
+  std::fflush(out_);
+}
+
+void ProgressBar::on_epoch_end(Trainer&, const EpochMetrics& m) {
+  last_decile_ = -1;
+  if (tty_) fmt::print(out_, "\r\x1b[K");
+  fmt::print(out_,
+             "epoch {}: train loss {:.4f} accuracy {} | test loss {:.4f} accuracy {} | {:.1f} s, "
+             "{:.0f} samples/s\n",
+             m.epoch, m.train_loss, percent(m.train_accuracy), m.test_loss,
+             percent(m.test_accuracy), m.seconds, m.samples_per_second);
+  std::fflush(out_);
+}
+
+CsvLogger::CsvLogger(fs::path path) : path_(std::move(path)) {}
+
+void CsvLogger::on_epoch_end(Trainer& t, const EpochMetrics&) {
+  std::string s =
+      "epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds,samples_per_second\n";
+  for (const EpochMetrics& m : t.progress().history)
+    s += fmt::format("{},{},{},{},{},{},{}\n", m.epoch, csv_number(m.train_loss),
+                     csv_number(m.train_accuracy), csv_number(m.test_loss),
+                     csv_number(m.test_accuracy), csv_number(m.seconds),
+                     csv_number(m.samples_per_second));
+  write_file_atomic(path_, s);
+}
+
+ModelCheckpoint::ModelCheckpoint(fs::path dir) : dir_(std::move(dir)) {}
+
+void ModelCheckpoint::on_epoch_end(Trainer& t, const EpochMetrics& m) {
+  save_checkpoint(dir_ / checkpoint_name(m.epoch), t.model(), t.optimizer(), t.progress());
+}
+
+namespace {
+
+// Runs gnuplot with |script| on stdin; returns its exit status (-1 when it could not start).
+int run_gnuplot(const std::string& script) {
+  std::FILE* p = ::popen("gnuplot 2>&1 >/dev/null", "w");
+  if (!p) return -1;
+  std::fwrite(script.data(), 1, script.size(), p);
+  const int status = ::pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+LossPlot::LossPlot(fs::path path) : path_(std::move(path)) {
+  const std::string ext = path_.extension().string();
+  if (ext == ".png")
+    terminal_ = "pngcairo size 1000,420";
+  else if (ext == ".svg")
+    terminal_ = "svg size 1000,420";
+  else if (ext == ".pdf")
+    terminal_ = "pdfcairo size 10in,4.2in";
+  else
+    throw ConfigError(
+        fmt::format("--plot {}: the image format is taken from the extension; use "
+                    ".png, .svg or .pdf",
+                    path_.string()));
+  if (run_gnuplot(fmt::format("set terminal {}\n", terminal_)) != 0)
+    throw ConfigError(fmt::format(
+        "--plot {} needs gnuplot with the {} terminal, which did not run; install it with "
+        "apt-get install gnuplot-nox",
+        path_.string(), terminal_.substr(0, terminal_.find(' '))));
+}
+
+void LossPlot::on_epoch_end(Trainer& t, const EpochMetrics&) {
+  std::string data;
+  for (const EpochMetrics& m : t.progress().history)
+    data +=
+        fmt::format("{} {} {} {} {}\n", m.epoch, csv_number(m.train_loss), csv_number(m.test_loss),
+                    csv_number(100 * m.train_accuracy), csv_number(100 * m.test_accuracy));
+  const fs::path tmp = path_.string() + fmt::format(".tmp.{}", ::getpid());
+  std::string script = fmt::format(
+      "set terminal {}\nset output '{}'\n$d << EOD\n{}EOD\n"
+      "set datafile missing ''\nset multiplot layout 1,2 title 'Tessera on {}'\n"
+      "set xlabel 'epoch'\nset xtics 1\nset grid\nset key top right\nset title 'loss'\n"
+      "plot $d using 1:2 with linespoints title 'train', $d using 1:3 with linespoints title "
+      "'test'\nset title 'accuracy (%)'\nset key bottom right\n"
+      "plot $d using 1:4 with linespoints title 'train', $d using 1:5 with linespoints title "
+      "'test'\nunset multiplot\nset output\n",
+      terminal_, tmp.string(), data, t.device().id());
+  if (path_.has_parent_path()) fs::create_directories(path_.parent_path());
+  if (run_gnuplot(script) != 0) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw FileError(fmt::format("{}: gnuplot failed to draw the plot", path_.string()));
+  }
+  fs::rename(tmp, path_);
+}
+
+}  // namespace tessera::train
