@@ -7,40 +7,15 @@
 
 #include <fmt/format.h>
 
+#include "cases.h"
 #include "tessera/tessera.h"
 
 using namespace tessera;
+using namespace tessera::conformance;
 
 namespace {
 
-using Vec = std::vector<float>;
 using Ref = std::vector<double>;
-
-std::mt19937& rng() {
-  static std::mt19937 r(std::random_device{}());
-  return r;
-}
-
-Vec randn(std::int64_t n, float scale = 1.0f) {
-  std::normal_distribution<float> d(0.0f, scale);
-  Vec v(static_cast<std::size_t>(n));
-  for (float& x : v) x = d(rng());
-  return v;
-}
-
-Vec uniform(std::int64_t n, float lo, float hi) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  Vec v(static_cast<std::size_t>(n));
-  for (float& x : v) x = d(rng());
-  return v;
-}
-
-std::vector<std::int32_t> labels(std::int64_t n, int classes) {
-  std::uniform_int_distribution<int> d(0, classes - 1);
-  std::vector<std::int32_t> v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = d(rng());
-  return v;
-}
 
 // ||out - ref|| / ||ref||, with ||ref|| floored so that an all-small reference still compares.
 void expect_close(const Vec& out, const Ref& ref, double tol = 1e-5) {
@@ -98,12 +73,6 @@ struct ConvGeom {
 };
 
 // ----- the cases -----
-struct Case {
-  std::string name;
-  OpId op;
-  std::function<void(Device&)> run;
-};
-
 template <typename F>
 Case unary_case(const std::string& name, OpId op, Tensor (*fn)(const Tensor&), F ref, float lo,
                 float hi) {
@@ -155,7 +124,9 @@ Ref reduce_ref(const Vec& x, int axis, F f) {
   return r;
 }
 
-std::vector<Case> cases() {
+}  // namespace
+
+std::vector<Case> tessera::conformance::op_cases() {
   std::vector<Case> c;
   for (bool ta : {false, true})
     for (bool tb : {false, true})
@@ -476,40 +447,4 @@ std::vector<Case> cases() {
                  expect_close(tp.to_vector<float>(), rp, 1e-5);
                }});
   return c;
-}
-
-class OpTest : public ::testing::Test {
- public:
-  OpTest(Device& d, Case c) : device_(d), case_(std::move(c)) {}
-  void TestBody() override {
-    if (!device_.kernel(case_.op))
-      GTEST_SKIP() << op_name(case_.op) << " is not implemented on " << device_.id();
-    try {
-      case_.run(device_);
-    } catch (const UnsupportedOperation& e) {
-      GTEST_SKIP() << e.what();
-    }
-  }
-
- private:
-  Device& device_;
-  Case case_;
-};
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  std::vector<Device*> devs = devices();
-  if (devs.empty()) {
-    std::fprintf(stderr, "no Tessera device found; run tessera-devices\n");
-    return 1;
-  }
-  for (Device* d : devs)
-    for (Case& c : cases()) {
-      std::string suite = "Ops/" + d->id();
-      ::testing::RegisterTest(suite.c_str(), c.name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
-                              [d, c]() -> ::testing::Test* { return new OpTest(*d, c); });
-    }
-  return RUN_ALL_TESTS();
 }

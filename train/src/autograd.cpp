@@ -369,6 +369,11 @@ Variable copy(const Variable& x) {
   return make_result(tessera::copy(x.value()), {x}, [](const Tensor& g) -> Grads { return {g}; });
 }
 
+Variable transpose(const Variable& x, int dim0, int dim1) {
+  return make_result(x.value().transpose(dim0, dim1), {x},
+                     [dim0, dim1](const Tensor& g) -> Grads { return {g.transpose(dim0, dim1)}; });
+}
+
 Variable linear(const Variable& x, const Variable& w, const Variable& b) {
   Tensor y = tessera::matmul(x.value(), w.value(), false, true);
   if (b.defined()) y = tessera::add(y, b.value());

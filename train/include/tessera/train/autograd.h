@@ -105,6 +105,8 @@ Variable conv2d(const Variable& x, const Variable& w, Conv2dAttrs attrs = {});
 Variable max_pool2d(const Variable& x, Pool2dAttrs attrs = {});
 Variable reshape(const Variable& x, const Shape& shape);
 Variable copy(const Variable& x);
+// A view with dimensions |dim0| and |dim1| swapped (no copy).
+Variable transpose(const Variable& x, int dim0, int dim1);
 // x @ w^T + b for x [N,in], w [out,in] (PyTorch's layout), b [out] (may be undefined).
 Variable linear(const Variable& x, const Variable& w, const Variable& b);
 // x * mask, where mask is dropout_mask(p, seed): zero with probability p, else 1/(1-p).

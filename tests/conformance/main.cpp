@@ -1,0 +1,71 @@
+// Registers every conformance case for every device the runtime finds: Ops/<device>.<case> and
+// Grad/<device>.<case>.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "cases.h"
+#include "tessera/errors.h"
+#include "tessera/runtime.h"
+
+namespace tessera::conformance {
+
+namespace {
+unsigned g_seed = 0;
+}
+
+std::mt19937& rng() {
+  static std::mt19937 r(g_seed);
+  return r;
+}
+
+namespace {
+
+class CaseTest : public ::testing::Test {
+ public:
+  CaseTest(Device& d, Case c) : device_(d), case_(std::move(c)) {}
+  void TestBody() override {
+    if (!device_.kernel(case_.op))
+      GTEST_SKIP() << op_name(case_.op) << " is not implemented on " << device_.id();
+    try {
+      case_.run(device_);
+    } catch (const UnsupportedOperation& e) {
+      GTEST_SKIP() << e.what();
+    }
+  }
+
+ private:
+  Device& device_;
+  Case case_;
+};
+
+void register_cases(const char* group, Device* d, const std::vector<Case>& cases) {
+  const std::string suite = std::string(group) + "/" + d->id();
+  for (const Case& c : cases)
+    ::testing::RegisterTest(suite.c_str(), c.name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                            [d, c]() -> ::testing::Test* { return new CaseTest(*d, c); });
+}
+
+}  // namespace
+}  // namespace tessera::conformance
+
+int main(int argc, char** argv) {
+  using namespace tessera;
+  ::testing::InitGoogleTest(&argc, argv);
+  // TESSERA_TEST_SEED repeats a run; otherwise every run draws fresh inputs.
+  const char* seed = std::getenv("TESSERA_TEST_SEED");
+  conformance::g_seed =
+      seed ? static_cast<unsigned>(std::strtoul(seed, nullptr, 10)) : std::random_device{}();
+  std::printf("conformance inputs: TESSERA_TEST_SEED=%u\n", conformance::g_seed);
+  std::vector<Device*> devs = devices();
+  if (devs.empty()) {
+    std::fprintf(stderr, "no Tessera device found; run tessera-devices\n");
+    return 1;
+  }
+  for (Device* d : devs) {
+    conformance::register_cases("Ops", d, conformance::op_cases());
+    conformance::register_cases("Grad", d, conformance::grad_cases());
+  }
+  return RUN_ALL_TESTS();
+}
