@@ -5,13 +5,20 @@
 //             (with the core type the CPU plugin chose) on the same machine.
 //   dispatch  host overhead of one tiny op (add of two 1-element tensors, output allocated), in
 //             microseconds per op.
+//   train     training steps of the MLP (784-512-512-10) and the CNN of tessera-train at batch
+//             128 (forward, cross-entropy, backward, SGD with momentum) on random data, in samples
+//             per second, beside PyTorch running the same models (bench/train_peer.py, on the CPU
+//             for cpu devices and on CUDA for GPUs; skipped with the reason when PyTorch is not
+//             importable by --torch-python).
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -20,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/tessera.h"
+#include "tessera/train/train.h"
 
 namespace po = boost::program_options;
 using json = nlohmann::ordered_json;
@@ -116,6 +124,71 @@ json bench_dispatch(Device& dev, int repeat) {
           {"us_per_op", s / kOps * 1e6}};
 }
 
+// Samples per second of |steps| training steps of |model_name| at |batch| on |dev|.
+json bench_train(Device& dev, const std::string& model_name, std::int64_t batch, int steps,
+                 int repeat, std::mt19937& rng) {
+  namespace tt = tessera::train;
+  DeviceGuard guard(dev);
+  tt::Generator gen(0);
+  auto model = tt::make_model(model_name, gen);
+  tt::SGD opt(model->named_parameters(), tt::SgdOptions{0.01f, 0.9f, 0, 0, false});
+  const Tensor x = Tensor::from(random_vector(static_cast<std::size_t>(batch * 784), rng),
+                                {batch, 1, 28, 28}, &dev);
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
+  for (auto& l : labels) l = static_cast<std::int32_t>(rng() % 10);
+  const Tensor y = Tensor::from<std::int32_t>(labels, {batch}, &dev);
+  const double s = median_seconds(repeat, [&] {
+    Tensor last;
+    for (int i = 0; i < steps; ++i) {
+      const tt::Variable loss = tt::cross_entropy((*model)(tt::Variable(x)), y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      last = loss.value();
+    }
+    (void)last.item();  // waits for the device
+  });
+  return {{"case", "train"},
+          {"device", dev.id()},
+          {"model", model_name},
+          {"batch", batch},
+          {"steps", steps},
+          {"seconds", s},
+          {"samples_per_second", static_cast<double>(batch * steps) / s}};
+}
+
+// Runs the PyTorch peer; its JSON, or {"error": why}.
+json run_train_peer(const std::string& python, const std::string& script, const std::string& device,
+                    int steps, int repeat) {
+  const std::string cmd = fmt::format("'{}' '{}' --device {} --steps {} --repeat {} 2>&1", python,
+                                      script, device, steps, repeat);
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    const int status = pclose(p);
+    if (status == 0) {
+      try {
+        return json::parse(out.substr(out.find('{')));
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  const auto last_line = out.substr(out.rfind('\n', out.size() > 1 ? out.size() - 2 : 0) + 1);
+  return {{"error", fmt::format("`{}` failed: {}", cmd, last_line.empty() ? out : last_line)}};
+}
+
+// share/tessera/bench/train_peer.py next to an installed binary, else the source tree's.
+std::string default_peer_script() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = exe.parent_path().parent_path() / "share/tessera/bench/train_peer.py";
+    if (std::filesystem::exists(installed, ec)) return installed.string();
+  }
+  return TESSERA_TRAIN_PEER_SCRIPT;
+}
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);)
@@ -127,13 +200,21 @@ std::string cpu_model() {
 
 int main(int argc, char** argv) {
   po::options_description opts("Usage: tessera-bench [options]\n\nOptions");
-  std::string device_list, cases, out_file;
+  std::string device_list, cases, out_file, torch_python = "python3";
+  std::string peer_script = default_peer_script();
   std::vector<std::int64_t> sizes;
-  int repeat = 5;
+  int repeat = 5, train_steps = 20;
   opts.add_options()("help,h", "show this help")(
       "devices", po::value(&device_list)->default_value("all"), "comma list of devices, or all")(
-      "cases", po::value(&cases)->default_value("sgemm,dispatch"), "comma list: sgemm, dispatch")(
-      "sizes", po::value(&sizes)->multitoken(), "SGEMM sizes (default 512 1024 2048)")(
+      "cases", po::value(&cases)->default_value("sgemm,dispatch"),
+      "comma list: sgemm, dispatch, train")("train-steps",
+                                            po::value(&train_steps)->default_value(train_steps),
+                                            "training steps per timed run of the train case")(
+      "torch-python", po::value(&torch_python)->default_value(torch_python),
+      "the Python that runs the PyTorch peer of the train case")(
+      "peer-script", po::value(&peer_script)->default_value(peer_script),
+      "the PyTorch peer of the train case")("sizes", po::value(&sizes)->multitoken(),
+                                            "SGEMM sizes (default 512 1024 2048)")(
       "repeat", po::value(&repeat)->default_value(5),
       "timed runs per case (the median is reported)")("output,o", po::value(&out_file),
                                                       "also write the JSON to this file");
@@ -164,6 +245,8 @@ int main(int argc, char** argv) {
     json results = json::array();
     const bool do_sgemm = cases.find("sgemm") != std::string::npos;
     const bool do_dispatch = cases.find("dispatch") != std::string::npos;
+    const bool do_train = cases.find("train") != std::string::npos;
+    std::map<std::string, json> peers;  // by PyTorch device
     for (Device* d : targets) {
       if (do_sgemm)
         for (std::int64_t n : sizes) {
@@ -173,6 +256,31 @@ int main(int argc, char** argv) {
       if (do_dispatch) {
         results.push_back(bench_dispatch(*d, repeat));
         std::cerr << results.back().dump() << "\n";
+      }
+      if (do_train) {
+        const std::string torch_device = d->info().type == DeviceType::cpu ? "cpu" : "cuda";
+        for (const char* model : {"mlp", "cnn"}) {
+          json r = bench_train(*d, model, 128, train_steps, repeat, rng);
+          if (!peers.count(torch_device))
+            peers[torch_device] =
+                run_train_peer(torch_python, peer_script, torch_device, train_steps, repeat);
+          const json& torch_peer = peers[torch_device];
+          if (torch_peer.contains("error")) {
+            r["peer_error"] = torch_peer["error"];
+          } else {
+            for (const json& p : torch_peer["results"])
+              if (p["model"] == model) {
+                r["peer"] = fmt::format("{} on {}", torch_peer["peer"].get<std::string>(),
+                                        torch_peer["device_name"].get<std::string>());
+                if (p.contains("threads")) r["peer_threads"] = p["threads"];
+                r["peer_samples_per_second"] = p["samples_per_second"];
+                r["ratio"] =
+                    r["samples_per_second"].get<double>() / p["samples_per_second"].get<double>();
+              }
+          }
+          results.push_back(r);
+          std::cerr << results.back().dump() << "\n";
+        }
       }
     }
     std::string cmd;
