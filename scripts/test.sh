@@ -6,7 +6,17 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
 echo "== build (Release, -Werror)"
-scripts/setup.sh build -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON
+TESSERA_EXTRA_PACKAGES="python3-venv" scripts/setup.sh build -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON
+
+# The checkpoint test reads a checkpoint with Python's safetensors library (PyPI, test-only): a
+# virtual environment in .venv-test, made once.
+if ! .venv-test/bin/python -c "import safetensors, numpy" 2>/dev/null; then
+  echo "== test Python (.venv-test: safetensors, numpy)"
+  python3 -m venv .venv-test
+  .venv-test/bin/pip install -q safetensors numpy
+fi
+export TESSERA_TEST_PYTHON="$PWD/.venv-test/bin/python"
+
 echo "== tests (Release)"
 ctest --test-dir build --output-on-failure --parallel "$jobs"
 
