@@ -43,7 +43,9 @@ void binary(const OpCall& call, Context& ctx, F f) {
       float* yr = y + r * inner;
       const float* ra = pa + row_offset(shape, a.strides(), r);
       const float* rb = pb + row_offset(shape, b.strides(), r);
-      if (sa == 1 && sb == 0) {
+      if (sa == 1 && sb == 1) {  // e.g. a bias row added to every row
+        for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(ra[i], rb[i]);
+      } else if (sa == 1 && sb == 0) {
         const float vb = *rb;
         for (std::int64_t i = 0; i < inner; ++i) yr[i] = f(ra[i], vb);
       } else if (sa == 0 && sb == 1) {

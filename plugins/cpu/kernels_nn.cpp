@@ -77,6 +77,15 @@ void im2col(const Conv& g, const float* x, std::int64_t b0, std::int64_t nb, flo
               continue;
             }
             const float* srow = src + ih * g.w;
+            if (g.sw == 1) {  // one contiguous run between the padding
+              const std::int64_t lo = std::clamp<std::int64_t>(g.pw - j, 0, g.wo);
+              const std::int64_t hi = std::clamp<std::int64_t>(g.w + g.pw - j, lo, g.wo);
+              std::fill(row, row + lo, 0.0f);
+              std::memcpy(row + lo, srow + lo - g.pw + j,
+                          static_cast<std::size_t>(hi - lo) * sizeof(float));
+              std::fill(row + hi, row + g.wo, 0.0f);
+              continue;
+            }
             for (std::int64_t ow = 0; ow < g.wo; ++ow) {
               const std::int64_t iw = ow * g.sw - g.pw + j;
               row[ow] = (iw >= 0 && iw < g.w) ? srow[iw] : 0.0f;
@@ -103,6 +112,13 @@ void col2im(const Conv& g, const float* col, std::int64_t b0, std::int64_t nb, f
             if (ih < 0 || ih >= g.h) continue;
             float* drow = dst + ih * g.w;
             const float* row = src + oh * g.wo;
+            if (g.sw == 1) {
+              const std::int64_t lo = std::clamp<std::int64_t>(g.pw - j, 0, g.wo);
+              const std::int64_t hi = std::clamp<std::int64_t>(g.w + g.pw - j, lo, g.wo);
+              float* d = drow + lo - g.pw + j;
+              for (std::int64_t ow = lo; ow < hi; ++ow) d[ow - lo] += row[ow];
+              continue;
+            }
             for (std::int64_t ow = 0; ow < g.wo; ++ow) {
               const std::int64_t iw = ow * g.sw - g.pw + j;
               if (iw >= 0 && iw < g.w) drow[iw] += row[ow];

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -19,7 +20,10 @@ struct Result {
 
 // Runs |cmd| under sh with |env| prepended ("A=1 B=2"), capturing stdout and stderr.
 inline Result run(const std::string& env, const std::string& cmd) {
-  const std::string err_file = ::testing::TempDir() + "/tessera_app_stderr.txt";
+  // One file per call and process: ctest runs app tests in parallel.
+  static int calls = 0;
+  const std::string err_file = ::testing::TempDir() + "/tessera_app_stderr_" +
+                               std::to_string(::getpid()) + "_" + std::to_string(++calls) + ".txt";
   const std::string full = "env " + env + " " + cmd + " 2>" + err_file;
   Result r;
   FILE* p = popen(full.c_str(), "r");
@@ -31,6 +35,7 @@ inline Result run(const std::string& env, const std::string& cmd) {
   std::stringstream ss;
   ss << in.rdbuf();
   r.err = ss.str();
+  std::remove(err_file.c_str());
   return r;
 }
 

@@ -170,9 +170,11 @@ Variable make_result(Tensor value, std::vector<Variable> inputs,
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
   Tensor g = grad;
+  // Innermost dimensions first: each reduction then reads contiguous rows and shrinks the next.
+  const int lead = g.rank() - shape.rank();
+  for (int d = shape.rank() - 1; d >= 0; --d)
+    if (shape[d] == 1 && g.dim(d + lead) != 1) g = tessera::sum(g, d + lead, true);
   while (g.rank() > shape.rank()) g = tessera::sum(g, 0);
-  for (int d = 0; d < shape.rank(); ++d)
-    if (shape[d] == 1 && g.dim(d) != 1) g = tessera::sum(g, d, true);
   return g;
 }
 
