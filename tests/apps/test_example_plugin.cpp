@@ -55,3 +55,24 @@ TEST(ExamplePlugin, AMissingOpIsAnErrorWithFallbackOffAndRunsOnTheCpuWithFallbac
   EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{11, 22, 33, 14, 25, 36}));
   set_fallback_chain({});
 }
+
+TEST(ExamplePlugin, TrainingOnAPartialPluginFallsBackAndSaysSo) {
+  // tessera-train on the example plugin (add, relu, fill only): with fallback on, everything else
+  // runs on cpu:0 and the summary counts it; with fallback off, the first missing op is an error.
+  const std::string cmd = std::string(TRAIN_BIN) +
+                          " --accelerator example --epochs 1 -q --limit-train-batches 3 "
+                          "--limit-test-batches 1";
+  std::string out;
+  FILE* p = popen(("TESSERA_FALLBACK=1 " + cmd + " 2>/dev/null").c_str(), "r");
+  char buf[4096];
+  for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_THAT(out, HasSubstr("on example:0"));
+  EXPECT_THAT(out, HasSubstr("op(s) ran on cpu:0 instead of example:0"));
+  p = popen(("TESSERA_FALLBACK=0 " + cmd + " 2>&1").c_str(), "r");
+  out.clear();
+  for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  EXPECT_NE(pclose(p), 0);
+  EXPECT_THAT(out, HasSubstr("is not implemented for example:0"));
+  EXPECT_THAT(out, HasSubstr("Set TESSERA_FALLBACK=1"));
+}
