@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kOptimizerPrefix = "optimizer.";
+constexpr std::string_view kOptimizerPrefix = "optimizer.";
 constexpr const char* kFormat = "tessera-checkpoint-1";
 
 nlohmann::json number(double v) {
@@ -64,7 +64,7 @@ void save_checkpoint(const fs::path& path, Module& model, const Optimizer& optim
   for (const NamedParameter& p : model.named_parameters())
     tensors.emplace_back(p.name, p.variable->value());
   OptimizerState os = optimizer.state();
-  for (auto& [name, t] : os.tensors) tensors.emplace_back(kOptimizerPrefix + name, t);
+  for (auto& [name, t] : os.tensors) tensors.emplace_back(std::string(kOptimizerPrefix) + name, t);
   std::map<std::string, std::string> meta{{"format", kFormat},
                                           {"epoch", std::to_string(progress.epoch)},
                                           {"global_step", std::to_string(progress.global_step)},
@@ -73,7 +73,7 @@ void save_checkpoint(const fs::path& path, Module& model, const Optimizer& optim
                                           {"optimizer", optimizer.name()},
                                           {"lr", fmt::format("{}", optimizer.lr())},
                                           {"history", history_json(progress.history)}};
-  for (const auto& [k, v] : os.values) meta[kOptimizerPrefix + k] = v;
+  for (const auto& [k, v] : os.values) meta[std::string(kOptimizerPrefix) + k] = v;
   save_safetensors(path, tensors, meta);
 }
 
@@ -109,13 +109,13 @@ TrainingProgress load_checkpoint(const fs::path& path, Module& model, Optimizer&
     throw FileError(fmt::format("{}: malformed progress metadata ({})", path.string(), e.what()));
   }
   for (const auto& [k, v] : c.metadata)
-    if (k.rfind(kOptimizerPrefix, 0) == 0) os.values[k.substr(10)] = v;
+    if (k.rfind(kOptimizerPrefix, 0) == 0) os.values[k.substr(kOptimizerPrefix.size())] = v;
 
   // Match every parameter before touching the model.
   std::map<std::string, Tensor> by_name;
   for (auto& [name, t] : c.tensors) {
     if (name.rfind(kOptimizerPrefix, 0) == 0)
-      os.tensors.emplace_back(name.substr(10), t);
+      os.tensors.emplace_back(name.substr(kOptimizerPrefix.size()), t);
     else
       by_name[name] = t;
   }

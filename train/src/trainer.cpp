@@ -263,7 +263,12 @@ void Trainer::fit(Module& model, Optimizer& optimizer, const Dataset& train, con
 EvalResult Trainer::evaluate(Module& model, const Dataset& data) {
   DeviceGuard guard(*device_);
   NoGradGuard no_grad;
-  const bool was_training = model.is_training();
+  // Back to the caller's mode on every exit, exceptions included.
+  struct ModeGuard {
+    Module& m;
+    bool training;
+    ~ModeGuard() { m.train(training); }
+  } mode{model, model.is_training()};
   model.eval();
   LoaderOptions lo;
   lo.batch_size = options_.batch_size;
@@ -283,7 +288,6 @@ EvalResult Trainer::evaluate(Module& model, const Dataset& data) {
     if (static_cast<int>(pending.size()) >= options_.log_every_n_steps) totals.flush(pending);
   }
   totals.flush(pending);
-  model.train(was_training);
   return {totals.mean_loss(), totals.accuracy(), totals.samples};
 }
 
