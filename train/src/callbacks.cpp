@@ -101,12 +101,21 @@ void ModelCheckpoint::on_epoch_end(Trainer& t, const EpochMetrics& m) {
 
 namespace {
 
-// Runs gnuplot with |script| on stdin; returns its exit status (-1 when it could not start).
-int run_gnuplot(const std::string& script) {
-  std::FILE* p = ::popen("gnuplot 2>&1 >/dev/null", "w");
+// Runs gnuplot with |script| on stdin; returns its exit status (-1 when it could not start) and
+// puts what it printed in |log|.
+int run_gnuplot(const std::string& script, std::string* log = nullptr) {
+  const fs::path out =
+      fs::temp_directory_path() / fmt::format("tessera-gnuplot-{}.log", ::getpid());
+  std::FILE* p = ::popen(fmt::format("gnuplot >'{}' 2>&1", out.string()).c_str(), "w");
   if (!p) return -1;
   std::fwrite(script.data(), 1, script.size(), p);
   const int status = ::pclose(p);
+  if (log) {
+    std::ifstream in(out);
+    log->assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::error_code ec;
+  fs::remove(out, ec);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -141,18 +150,20 @@ void LossPlot::on_epoch_end(Trainer& t, const EpochMetrics&) {
   const fs::path tmp = path_.string() + fmt::format(".tmp.{}", ::getpid());
   std::string script = fmt::format(
       "set terminal {}\nset output '{}'\n$d << EOD\n{}EOD\n"
-      "set datafile missing ''\nset multiplot layout 1,2 title 'Tessera on {}'\n"
+      "set datafile missing ''\nset xrange [0.5:{}]\nset multiplot layout 1,2 title 'Tessera on "
+      "{}'\n"
       "set xlabel 'epoch'\nset xtics 1\nset grid\nset key top right\nset title 'loss'\n"
       "plot $d using 1:2 with linespoints title 'train', $d using 1:3 with linespoints title "
       "'test'\nset title 'accuracy (%)'\nset key bottom right\n"
       "plot $d using 1:4 with linespoints title 'train', $d using 1:5 with linespoints title "
       "'test'\nunset multiplot\nset output\n",
-      terminal_, tmp.string(), data, t.device().id());
+      terminal_, tmp.string(), data, t.progress().history.size() + 0.5, t.device().id());
   if (path_.has_parent_path()) fs::create_directories(path_.parent_path());
-  if (run_gnuplot(script) != 0) {
+  std::string log;
+  if (run_gnuplot(script, &log) != 0) {
     std::error_code ec;
     fs::remove(tmp, ec);
-    throw FileError(fmt::format("{}: gnuplot failed to draw the plot", path_.string()));
+    throw FileError(fmt::format("{}: gnuplot failed to draw the plot: {}", path_.string(), log));
   }
   fs::rename(tmp, path_);
 }
