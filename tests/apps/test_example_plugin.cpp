@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "run_app.h"
 #include "tessera/tessera.h"
 
 using namespace tessera;
@@ -62,17 +63,12 @@ TEST(ExamplePlugin, TrainingOnAPartialPluginFallsBackAndSaysSo) {
   const std::string cmd = std::string(TRAIN_BIN) +
                           " --accelerator example --epochs 1 -q --limit-train-batches 3 "
                           "--limit-test-batches 1";
-  std::string out;
-  FILE* p = popen(("TESSERA_FALLBACK=1 " + cmd + " 2>/dev/null").c_str(), "r");
-  char buf[4096];
-  for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << out;
-  EXPECT_THAT(out, HasSubstr("on example:0"));
-  EXPECT_THAT(out, HasSubstr("op(s) ran on cpu:0 instead of example:0"));
-  p = popen(("TESSERA_FALLBACK=0 " + cmd + " 2>&1").c_str(), "r");
-  out.clear();
-  for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  EXPECT_NE(pclose(p), 0);
-  EXPECT_THAT(out, HasSubstr("is not implemented for example:0"));
-  EXPECT_THAT(out, HasSubstr("Set TESSERA_FALLBACK=1"));
+  const tessera::testing::Result on = tessera::testing::run("TESSERA_FALLBACK=1", cmd);
+  EXPECT_EQ(on.code, 0) << on.out << on.err;
+  EXPECT_THAT(on.out, HasSubstr("on example:0"));
+  EXPECT_THAT(on.out, HasSubstr("op(s) ran on cpu:0 instead of example:0"));
+  const tessera::testing::Result off = tessera::testing::run("TESSERA_FALLBACK=0", cmd);
+  EXPECT_NE(off.code, 0);
+  EXPECT_THAT(off.err, HasSubstr("is not implemented for example:0"));
+  EXPECT_THAT(off.err, HasSubstr("Set TESSERA_FALLBACK=1"));
 }
