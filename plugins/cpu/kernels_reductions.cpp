@@ -21,10 +21,11 @@ Split split(const Shape& s, int axis) {
   return r;
 }
 
-// Calls f(x_row_start, stride, out_index) for every (outer, inner) pair, in parallel.
+// Calls f(x_row_start, stride, out_index) for every (outer, inner) pair of input |input|, in
+// parallel.
 template <typename F>
-void for_each_line(const OpCall& call, Context& ctx, const Split& sp, F f) {
-  const float* x = in_ptr(call, 0);
+void for_each_line(const OpCall& call, Context& ctx, const Split& sp, F f, int input = 0) {
+  const float* x = in_ptr(call, input);
   const std::int64_t lines = sp.outer * sp.inner;
   ctx.pool.parallel_for(lines, row_grain(sp.n), [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t l = b; l < e; ++l) {
@@ -79,33 +80,36 @@ void max_kernel(const OpCall& call, Context& ctx) {
   });
 }
 
+// The index of the first maximum of x[0], x[stride], ..., x[(n-1) stride].
+std::int64_t first_max(const float* x, std::int64_t stride, std::int64_t n) {
+  std::int64_t best = 0;
+  for (std::int64_t k = 1; k < n; ++k)
+    if (x[k * stride] > x[best * stride]) best = k;
+  return best;
+}
+
 void argmax_kernel(const OpCall& call, Context& ctx) {
   const Split sp = split(call.in(0).shape(), call.attr<AxisAttrs>().axis);
   auto* y = out_ptr<std::int32_t>(call, 0);
   for_each_line(call, ctx, sp, [&](const float* x, std::int64_t stride, std::int64_t out) {
-    std::int64_t best = 0;
-    for (std::int64_t k = 1; k < sp.n; ++k)
-      if (x[k * stride] > x[best * stride]) best = k;
-    y[out] = static_cast<std::int32_t>(best);
+    y[out] = static_cast<std::int32_t>(first_max(x, stride, sp.n));
   });
 }
 
-// Splits x along the axis; the gradient of line l goes to its first maximum.
+// The gradient of line l goes to its first maximum (argmax's choice), zeros elsewhere.
 void max_backward_kernel(const OpCall& call, Context& ctx) {
   const Split sp = split(call.in(1).shape(), call.attr<AxisAttrs>().axis);
   const float* g = in_ptr(call, 0);
-  const float* x = in_ptr(call, 1);
+  const float* base = in_ptr(call, 1);
   float* y = out_ptr(call, 0);
-  const std::int64_t lines = sp.outer * sp.inner;
-  ctx.pool.parallel_for(lines, row_grain(sp.n), [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t l = b; l < e; ++l) {
-      const std::int64_t start = (l / sp.inner) * sp.n * sp.inner + l % sp.inner;
-      std::int64_t best = 0;
-      for (std::int64_t k = 1; k < sp.n; ++k)
-        if (x[start + k * sp.inner] > x[start + best * sp.inner]) best = k;
-      for (std::int64_t k = 0; k < sp.n; ++k) y[start + k * sp.inner] = k == best ? g[l] : 0.0f;
-    }
-  });
+  for_each_line(
+      call, ctx, sp,
+      [&](const float* x, std::int64_t stride, std::int64_t line) {
+        float* o = y + (x - base);
+        const std::int64_t best = first_max(x, stride, sp.n);
+        for (std::int64_t k = 0; k < sp.n; ++k) o[k * stride] = k == best ? g[line] : 0.0f;
+      },
+      1);
 }
 
 template <bool kLog>
