@@ -1,7 +1,5 @@
 #include "tessera/train/optim.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 
 #include "tessera/errors.h"
@@ -23,22 +21,19 @@ void Optimizer::zero_grad() {
 
 namespace {
 
-// The value of a parameter as a tensor the in-place kernels may update.
-Tensor param_tensor(const NamedParameter& p) {
-  return p.variable->value();
-}
-
-// Finds |name| in |state| with |shape|, or throws.
-const Tensor& find_tensor(const OptimizerState& state, const std::string& name,
-                          const Shape& shape) {
+// A copy of state tensor |name| on the device of |param|, checked against its shape; undefined
+// when absent and not |required|, else InvalidArgument.
+Tensor state_for(const OptimizerState& state, const std::string& name, const Tensor& param,
+                 bool required) {
   for (const auto& [n, t] : state.tensors)
     if (n == name) {
-      if (!(t.shape() == shape))
+      if (!(t.shape() == param.shape()))
         throw InvalidArgument(fmt::format("optimizer state '{}' has shape {}, the parameter {}",
-                                          name, t.shape().str(), shape.str()));
-      return t;
+                                          name, t.shape().str(), param.shape().str()));
+      return copy(t.to(param.device()));
     }
-  throw InvalidArgument(fmt::format("optimizer state '{}' is missing", name));
+  if (required) throw InvalidArgument(fmt::format("optimizer state '{}' is missing", name));
+  return Tensor();
 }
 
 std::int64_t find_int(const OptimizerState& state, const std::string& key) {
@@ -73,7 +68,7 @@ void SGD::step() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Variable& var = *params_[i].variable;
     if (!var.grad().defined()) continue;
-    Tensor p = param_tensor(params_[i]);
+    Tensor p = var.value();
     SgdAttrs a{options_.lr,           options_.momentum, options_.dampening,
                options_.weight_decay, options_.nesterov, false};
     if (options_.momentum != 0) {
@@ -100,14 +95,10 @@ OptimizerState SGD::state() const {
 
 void SGD::load_state(const OptimizerState& state) {
   std::vector<Tensor> loaded(params_.size());
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const std::string name = params_[i].name + ".momentum_buffer";
-    const bool present = std::any_of(state.tensors.begin(), state.tensors.end(),
-                                     [&](const auto& e) { return e.first == name; });
-    if (!present) continue;  // no step taken yet for this parameter
-    const Tensor& p = params_[i].variable->value();
-    loaded[i] = copy(find_tensor(state, name, p.shape()).to(p.device()));
-  }
+  // A parameter without a buffer has not taken a step yet.
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    loaded[i] =
+        state_for(state, params_[i].name + ".momentum_buffer", params_[i].variable->value(), false);
   momentum_ = std::move(loaded);
 }
 
@@ -128,7 +119,7 @@ void Adam::step() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Variable& var = *params_[i].variable;
     if (!var.grad().defined()) continue;
-    Tensor p = param_tensor(params_[i]);
+    Tensor p = var.value();
     if (!m_[i].defined()) {
       m_[i] = zeros_like(p);
       v_[i] = zeros_like(p);
@@ -154,8 +145,8 @@ void Adam::load_state(const OptimizerState& state) {
   if (step > 0)
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const Tensor& p = params_[i].variable->value();
-      m[i] = copy(find_tensor(state, params_[i].name + ".exp_avg", p.shape()).to(p.device()));
-      v[i] = copy(find_tensor(state, params_[i].name + ".exp_avg_sq", p.shape()).to(p.device()));
+      m[i] = state_for(state, params_[i].name + ".exp_avg", p, true);
+      v[i] = state_for(state, params_[i].name + ".exp_avg_sq", p, true);
     }
   step_ = step;
   m_ = std::move(m);
