@@ -139,13 +139,7 @@ json bench_train(Device& dev, const std::string& model_name, std::int64_t batch,
   const Tensor y = Tensor::from<std::int32_t>(labels, {batch}, &dev);
   const double s = median_seconds(repeat, [&] {
     Tensor last;
-    for (int i = 0; i < steps; ++i) {
-      const tt::Variable loss = tt::cross_entropy((*model)(tt::Variable(x)), y);
-      opt.zero_grad();
-      loss.backward();
-      opt.step();
-      last = loss.value();
-    }
+    for (int i = 0; i < steps; ++i) last = tt::training_step(*model, opt, x, y).loss.value();
     (void)last.item();  // waits for the device
   });
   return {{"case", "train"},

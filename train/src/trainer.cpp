@@ -84,8 +84,19 @@ struct Totals {
   }
 };
 
-Shape batch_shape(const Dataset& d, std::int64_t n) {
-  return Shape{n, 1, d.rows, d.cols};
+// A batch of |d| as tensors on |device|: images [n, 1, rows, cols] and i32 labels [n].
+std::pair<Tensor, Tensor> upload(const Batch& b, const Dataset& d, Device* device) {
+  return {Tensor::from(b.x, Shape{b.size, 1, d.rows, d.cols}, device),
+          Tensor::from<std::int32_t>(b.y, Shape{b.size}, device)};
+}
+
+// Training runs on one device: |devices_wanted| > 1 is refused, naming |chosen|.
+void require_one_device(int devices_wanted, const Device& chosen) {
+  if (devices_wanted > 1)
+    throw ConfigError(fmt::format(
+        "You requested devices={}, but training on more than one device is not supported yet; "
+        "pass devices=1 (the device picked is {})",
+        devices_wanted, chosen.id()));
 }
 
 }  // namespace
@@ -96,11 +107,7 @@ Device& resolve_accelerator(const std::string& accelerator, int devices_wanted) 
         fmt::format("devices={} is not valid: pass a positive number of devices", devices_wanted));
   if (accelerator.empty() || accelerator == "auto") {
     Device& d = default_device();
-    if (devices_wanted > 1)
-      throw ConfigError(fmt::format(
-          "You requested devices={}, but training on more than one device is not supported yet; "
-          "pass devices=1 (the {} device picked is {})",
-          devices_wanted, accelerator.empty() ? "default" : "auto", d.id()));
+    require_one_device(devices_wanted, d);
     return d;
   }
   std::string name = accelerator;
@@ -134,17 +141,13 @@ Device& resolve_accelerator(const std::string& accelerator, int devices_wanted) 
         "`accelerator` argument of `Trainer`: {}. Run tessera-devices for details.",
         name, unavailable_reason(name), quoted_list(available_accelerators())));
   if (index >= 0) {
-    if (static_cast<std::size_t>(index) >= mine.size())
+    if (static_cast<std::size_t>(index) >= mine.size()) {
+      std::vector<std::string> ids;
+      for (Device* d : mine) ids.push_back(d->id());
       throw ConfigError(
-          fmt::format("You requested accelerator='{}', but {} has only {} device(s): "
-                      "{}.",
-                      accelerator, name, mine.size(),
-                      fmt::join(std::vector<std::string>([&] {
-                                  std::vector<std::string> ids;
-                                  for (Device* d : mine) ids.push_back(d->id());
-                                  return ids;
-                                }()),
-                                ", ")));
+          fmt::format("You requested accelerator='{}', but {} has only {} device(s): {}.",
+                      accelerator, name, mine.size(), fmt::join(ids, ", ")));
+    }
     if (devices_wanted != 1)
       throw ConfigError(
           fmt::format("accelerator='{}' names one device; devices={} can not be more than 1",
@@ -156,12 +159,20 @@ Device& resolve_accelerator(const std::string& accelerator, int devices_wanted) 
         fmt::format("You requested devices={} with accelerator='{}', but your system only has {} "
                     "{} device(s).",
                     devices_wanted, name, mine.size(), name));
-  if (devices_wanted > 1)
-    throw ConfigError(fmt::format(
-        "You requested devices={}, but training on more than one device is not supported yet; "
-        "pass devices=1",
-        devices_wanted));
-  return *pick_auto(mine);
+  Device& chosen = *pick_auto(mine);
+  require_one_device(devices_wanted, chosen);
+  return chosen;
+}
+
+StepResult training_step(Module& model, Optimizer& optimizer, const Tensor& x,
+                         const Tensor& labels) {
+  StepResult r;
+  r.logits = model(Variable(x));
+  r.loss = cross_entropy(r.logits, labels);
+  optimizer.zero_grad();
+  r.loss.backward();
+  optimizer.step();
+  return r;
 }
 
 Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
@@ -213,17 +224,12 @@ void Trainer::fit(Module& model, Optimizer& optimizer, const Dataset& train, con
     std::int64_t done = 0, done_samples = 0;
     while (loader.next(batch)) {
       set_dropout_step(progress_.seed, progress_.global_step);
-      const Tensor x = Tensor::from(batch.x, batch_shape(train, batch.size), device_);
-      const Tensor y = Tensor::from<std::int32_t>(batch.y, Shape{batch.size}, device_);
-      const Variable logits = model(Variable(x));
-      const Variable loss = cross_entropy(logits, y);
-      optimizer.zero_grad();
-      loss.backward();
-      optimizer.step();
+      const auto [x, y] = upload(batch, train, device_);
+      const StepResult step = training_step(model, optimizer, x, y);
       ++progress_.global_step;
       ++done;
       done_samples += batch.size;
-      pending.push_back({loss.value(), argmax(logits.value(), 1), std::move(batch.y)});
+      pending.push_back({step.loss.value(), argmax(step.logits.value(), 1), std::move(batch.y)});
       if (static_cast<int>(pending.size()) >= options_.log_every_n_steps ||
           done == loader.num_batches()) {
         totals.flush(pending);
@@ -280,8 +286,7 @@ EvalResult Trainer::evaluate(Module& model, const Dataset& data) {
   std::vector<PendingStep> pending;
   Batch batch;
   while (loader.next(batch)) {
-    const Tensor x = Tensor::from(batch.x, batch_shape(data, batch.size), device_);
-    const Tensor y = Tensor::from<std::int32_t>(batch.y, Shape{batch.size}, device_);
+    const auto [x, y] = upload(batch, data, device_);
     const Variable logits = model(Variable(x));
     pending.push_back(
         {tessera::cross_entropy(logits.value(), y), argmax(logits.value(), 1), std::move(batch.y)});

@@ -97,6 +97,15 @@ class Trainer {
   std::filesystem::path resumed_from_;
 };
 
+// One optimisation step on a batch: forward, cross-entropy against i32 |labels|, backward and
+// the optimizer's update (gradients zeroed first). The results are still being computed on the
+// device when it returns; reading them waits. Used by Trainer::fit and tessera-bench.
+struct StepResult {
+  Variable loss, logits;
+};
+StepResult training_step(Module& model, Optimizer& optimizer, const Tensor& x,
+                         const Tensor& labels);
+
 // The device an accelerator name and device count select, with the Trainer's errors.
 Device& resolve_accelerator(const std::string& accelerator, int devices);
 
