@@ -11,6 +11,7 @@
 //             for cpu devices and on CUDA for GPUs; skipped with the reason when PyTorch is not
 //             importable by --torch-python).
 #include <dlfcn.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
@@ -157,10 +158,12 @@ json run_train_peer(const std::string& python, const std::string& script, const 
   const std::string cmd = fmt::format("'{}' '{}' --device {} --steps {} --repeat {} 2>&1", python,
                                       script, device, steps, repeat);
   std::string out;
+  int status = -1;
   if (FILE* p = popen(cmd.c_str(), "r")) {
     char buf[4096];
     for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    const int status = pclose(p);
+    const int raw = pclose(p);
+    status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
     if (status == 0) {
       try {
         return json::parse(out.substr(out.find('{')));
@@ -168,8 +171,10 @@ json run_train_peer(const std::string& python, const std::string& script, const 
       }
     }
   }
-  const auto last_line = out.substr(out.rfind('\n', out.size() > 1 ? out.size() - 2 : 0) + 1);
-  return {{"error", fmt::format("`{}` failed: {}", cmd, last_line.empty() ? out : last_line)}};
+  // The last line it printed says why (Python's exception, usually).
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return {{"error", fmt::format("`{}` failed (exit status {}): {}", cmd, status,
+                                out.substr(out.rfind('\n') + 1))}};
 }
 
 // share/tessera/bench/train_peer.py next to an installed binary, else the source tree's.
