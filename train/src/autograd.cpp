@@ -11,13 +11,12 @@
 namespace tessera::train {
 
 // One value of the graph. A leaf has no backward rule; a non-leaf keeps its inputs and the rule
-// until backward() has passed through it.
+// until backward() has passed through it (a non-leaf without a rule was freed).
 struct Node {
   Tensor value;
   Tensor grad;  // leaves only
   bool requires_grad = false;
   bool leaf = true;
-  bool released = false;  // a non-leaf whose graph was freed by backward()
   std::vector<Variable> inputs;
   std::function<std::vector<Tensor>(const Tensor&)> backward;
 };
@@ -109,8 +108,6 @@ void Variable::backward(const Tensor& grad) const {
     throw InvalidArgument(
         "backward() on a result that does not require grad: no input of its graph has "
         "requires_grad, or it was computed under NoGradGuard");
-  if (root.released)
-    throw InvalidArgument("backward() through a graph that an earlier backward() already freed");
   if (!(grad.shape() == root.value.shape()))
     throw InvalidArgument(fmt::format("backward(): gradient shape {} does not match result {}",
                                       grad.shape().str(), root.value.shape().str()));
@@ -125,7 +122,7 @@ void Variable::backward(const Tensor& grad) const {
       n->grad = accumulate(n->grad, g);
       continue;
     }
-    if (n->released)
+    if (!n->backward)
       throw InvalidArgument("backward() through a graph that an earlier backward() already freed");
     std::vector<Tensor> grads = n->backward(g);
     for (std::size_t i = 0; i < n->inputs.size(); ++i) {
@@ -136,7 +133,6 @@ void Variable::backward(const Tensor& grad) const {
     }
     n->backward = nullptr;
     n->inputs.clear();
-    n->released = true;
   }
 }
 

@@ -81,22 +81,21 @@ Dataset Dataset::head(std::int64_t n) const {
 }
 
 namespace {
+constexpr const char* kGetTheData =
+    "install Debian's dataset-fashion-mnist package (apt-get install dataset-fashion-mnist) or "
+    "pass the directory that holds the IDX files";
+
 fs::path find_file(const fs::path& dir, const std::string& stem) {
   for (const std::string& name : {stem + ".gz", stem})
     if (fs::exists(dir / name)) return dir / name;
-  throw FileError(fmt::format(
-      "{}: no such file (nor {}.gz); install Debian's dataset-fashion-mnist package "
-      "(apt-get install dataset-fashion-mnist) or pass the directory that holds the IDX files",
-      (dir / stem).string(), stem));
+  throw FileError(
+      fmt::format("{}: no such file (nor {}.gz); {}", (dir / stem).string(), stem, kGetTheData));
 }
 }  // namespace
 
 Dataset load_mnist_split(const fs::path& dir, const std::string& split) {
   if (!fs::is_directory(dir))
-    throw FileError(fmt::format(
-        "{}: no such directory; install Debian's dataset-fashion-mnist package (apt-get install "
-        "dataset-fashion-mnist) or pass the directory that holds the IDX files",
-        dir.string()));
+    throw FileError(fmt::format("{}: no such directory; {}", dir.string(), kGetTheData));
   const fs::path ip = find_file(dir, split + "-images-idx3-ubyte");
   const fs::path lp = find_file(dir, split + "-labels-idx1-ubyte");
   IdxArray images = read_idx(ip), labels = read_idx(lp);
