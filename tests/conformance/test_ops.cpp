@@ -219,27 +219,25 @@ std::vector<Case> tessera::conformance::op_cases() {
                    ASSERT_EQ(got.size(), want.size());
                    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
                  }});
-    c.push_back({fmt::format("max_backward_axis{}", axis), OpId::max_backward, [=](Device& d) {
-                   const Vec x = randn(105);
-                   const Tensor tx = on(d, x, x_shape);
-                   const Shape reduced = max(tx, axis).shape();
-                   const Vec g = randn(reduced.numel());
-                   const Vec y = max_backward(on(d, g, reduced), tx, axis).to_vector<float>();
-                   // Reference: the gradient of line l at its first maximum.
-                   const std::int64_t dims[3] = {3, 7, 5};
-                   std::int64_t inner = 1;
-                   for (int i = axis + 1; i < 3; ++i) inner *= dims[i];
-                   const std::int64_t n = dims[axis];
-                   Ref r(x.size(), 0.0);
-                   for (std::int64_t l = 0; l < reduced.numel(); ++l) {
-                     const std::int64_t start = (l / inner) * n * inner + l % inner;
-                     std::int64_t best = 0;
-                     for (std::int64_t k = 1; k < n; ++k)
-                       if (x[start + k * inner] > x[start + best * inner]) best = k;
-                     r[start + best * inner] = g[l];
-                   }
-                   expect_close(y, r);
-                 }});
+    c.push_back(
+        {fmt::format("max_backward_axis{}", axis), OpId::max_backward, [=](Device& d) {
+           const Vec x = randn(105);
+           const Tensor tx = on(d, x, x_shape);
+           const Shape reduced = max(tx, axis).shape();
+           const Vec g = randn(reduced.numel());
+           const Vec y = max_backward(on(d, g, reduced), tx, axis).to_vector<float>();
+           // Reference: the gradient of line l at its first maximum (argmax's reference).
+           const Ref best = reduce_ref(x, axis, [](auto& l) {
+             return double(std::max_element(l.begin(), l.end()) - l.begin());
+           });
+           const std::int64_t n = x_shape[axis];
+           const std::int64_t inner = contiguous_strides(x_shape)[axis];
+           Ref r(x.size(), 0.0);
+           for (std::int64_t l = 0; l < reduced.numel(); ++l)
+             r[(l / inner) * n * inner + l % inner + static_cast<std::int64_t>(best[l]) * inner] =
+                 g[l];
+           expect_close(y, r);
+         }});
     for (bool lg : {false, true})
       c.push_back({fmt::format("{}_axis{}", lg ? "log_softmax" : "softmax", axis),
                    lg ? OpId::log_softmax : OpId::softmax, [=](Device& d) {
