@@ -147,25 +147,21 @@ void LossPlot::on_epoch_end(Trainer& t, const EpochMetrics&) {
     data +=
         fmt::format("{} {} {} {} {}\n", m.epoch, csv_number(m.train_loss), csv_number(m.test_loss),
                     csv_number(100 * m.train_accuracy), csv_number(100 * m.test_accuracy));
-  const fs::path tmp = path_.string() + fmt::format(".tmp.{}", ::getpid());
-  std::string script = fmt::format(
-      "set terminal {}\nset output '{}'\n$d << EOD\n{}EOD\n"
-      "set datafile missing ''\nset xrange [0.5:{}]\nset multiplot layout 1,2 title 'Tessera on "
-      "{}'\n"
-      "set xlabel 'epoch'\nset xtics 1\nset grid\nset key top right\nset title 'loss'\n"
-      "plot $d using 1:2 with linespoints title 'train', $d using 1:3 with linespoints title "
-      "'test'\nset title 'accuracy (%)'\nset key bottom right\n"
-      "plot $d using 1:4 with linespoints title 'train', $d using 1:5 with linespoints title "
-      "'test'\nunset multiplot\nset output\n",
-      terminal_, tmp.string(), data, t.progress().history.size() + 0.5, t.device().id());
-  if (path_.has_parent_path()) fs::create_directories(path_.parent_path());
-  std::string log;
-  if (run_gnuplot(script, &log) != 0) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw FileError(fmt::format("{}: gnuplot failed to draw the plot: {}", path_.string(), log));
-  }
-  fs::rename(tmp, path_);
+  replace_file_atomic(path_, [&](const fs::path& tmp) {
+    const std::string script = fmt::format(
+        "set terminal {}\nset output '{}'\n$d << EOD\n{}EOD\n"
+        "set datafile missing ''\nset xrange [0.5:{}]\n"
+        "set multiplot layout 1,2 title 'Tessera on {}'\n"
+        "set xlabel 'epoch'\nset xtics 1\nset grid\nset key top right\nset title 'loss'\n"
+        "plot $d using 1:2 with linespoints title 'train', $d using 1:3 with linespoints title "
+        "'test'\nset title 'accuracy (%)'\nset key bottom right\n"
+        "plot $d using 1:4 with linespoints title 'train', $d using 1:5 with linespoints title "
+        "'test'\nunset multiplot\nset output\n",
+        terminal_, tmp.string(), data, t.progress().history.size() + 0.5, t.device().id());
+    std::string log;
+    if (run_gnuplot(script, &log) != 0)
+      throw FileError(fmt::format("{}: gnuplot failed to draw the plot: {}", path_.string(), log));
+  });
 }
 
 }  // namespace tessera::train
