@@ -153,16 +153,16 @@ Config Config::from_env() {
   c.plugin_path = parse_path_list(env("TESSERA_PLUGIN_PATH"));
   c.disabled_plugins = parse_name_list(env("TESSERA_DISABLE_PLUGINS"), "TESSERA_DISABLE_PLUGINS");
   c.log_level = parse_log_level(env("TESSERA_LOG_LEVEL"));
-  if (const char* dir = env("TESSERA_CACHE_DIR"); *dir) {
-    c.cache_dir = dir;
-  } else if (const char* xdg = env("XDG_CACHE_HOME"); *xdg) {
-    c.cache_dir = std::filesystem::path(xdg) / "tessera";
-  } else if (const char* home = env("HOME"); *home) {
-    c.cache_dir = std::filesystem::path(home) / ".cache" / "tessera";
-  } else {
-    c.cache_dir = std::filesystem::temp_directory_path() / "tessera-cache";
-  }
+  c.cache_dir = cache_directory_from_env();
   return c;
+}
+
+std::filesystem::path cache_directory_from_env() {
+  if (const char* dir = env("TESSERA_CACHE_DIR"); *dir) return dir;
+  if (const char* xdg = env("XDG_CACHE_HOME"); *xdg) return std::filesystem::path(xdg) / "tessera";
+  if (const char* home = env("HOME"); *home)
+    return std::filesystem::path(home) / ".cache" / "tessera";
+  return std::filesystem::temp_directory_path() / "tessera-cache";
 }
 
 }  // namespace tessera

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/errors.h"
-#include "tessera/train/io.h"
+#include "tessera/file.h"
 
 namespace tessera::train {
 

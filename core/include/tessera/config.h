@@ -40,6 +40,10 @@ std::vector<std::filesystem::path> parse_path_list(std::string_view value);
 // spdlog level as an int (spdlog::level::level_enum).
 int parse_log_level(std::string_view value);
 
+// TESSERA_CACHE_DIR, else $XDG_CACHE_HOME/tessera, else ~/.cache/tessera, else a directory under
+// the system's temporary directory.
+std::filesystem::path cache_directory_from_env();
+
 // The effective configuration of a process, read from the environment when the runtime starts.
 struct Config {
   // TESSERA_DEVICE as given; parsed when the default device is first needed, so that a malformed

@@ -18,7 +18,7 @@ struct SafetensorsContents {
   std::map<std::string, std::string> metadata;
 };
 
-// Writes |tensors| (any device; read back to the host) and |metadata| atomically (io.h). Names
+// Writes |tensors| (any device; read back to the host) and |metadata| atomically (tessera/file.h). Names
 // must be unique and non-empty. Throws InvalidArgument for bad names, FileError for I/O.
 void save_safetensors(const std::filesystem::path& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,

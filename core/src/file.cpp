@@ -1,16 +1,22 @@
-#include "tessera/train/io.h"
+#include "tessera/file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "tessera/config.h"
 #include "tessera/errors.h"
+#include "tessera/log.h"
 
-namespace tessera::train {
+namespace tessera {
 
 namespace fs = std::filesystem;
 
@@ -21,7 +27,12 @@ void replace_file_atomic(const fs::path& path,
   if (ec)
     throw FileError(
         fmt::format("can not create directory {}: {}", path.parent_path().string(), ec.message()));
-  const fs::path tmp = path.string() + fmt::format(".tmp.{}", ::getpid());
+  // Unique per process, thread and call, so concurrent writers of one path never share a file.
+  static std::atomic<unsigned> counter{0};
+  const fs::path tmp =
+      path.string() + fmt::format(".tmp.{}.{}.{}", ::getpid(),
+                                  std::hash<std::thread::id>{}(std::this_thread::get_id()) % 100000,
+                                  counter.fetch_add(1));
   try {
     write(tmp);
   } catch (...) {
@@ -63,4 +74,29 @@ void write_file_atomic(const fs::path& path, std::string_view contents) {
   });
 }
 
-}  // namespace tessera::train
+fs::path cache_directory() {
+  return cache_directory_from_env();
+}
+
+std::optional<std::string> cache_read(std::string_view name) {
+  const fs::path path = cache_directory() / name;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (!in && !in.eof()) {
+    log().debug("cache entry {} is unreadable; ignoring it", path.string());
+    return std::nullopt;
+  }
+  return std::move(s).str();
+}
+
+void cache_write(std::string_view name, std::string_view contents) noexcept {
+  try {
+    write_file_atomic(cache_directory() / name, contents);
+  } catch (const std::exception& e) {
+    log().debug("not caching {}: {}", name, e.what());
+  }
+}
+
+}  // namespace tessera
