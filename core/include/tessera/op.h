@@ -115,11 +115,14 @@ inline std::uint32_t dropout_hash(std::uint32_t x) {
   x ^= x >> 16;
   return x;
 }
+// The 32-bit key of stream |seed|; a device kernel receives it and computes
+// (dropout_hash(index ^ key) >> 8) * 2^-24 per element.
+inline std::uint32_t dropout_key(std::uint64_t seed) {
+  return dropout_hash(static_cast<std::uint32_t>(seed) ^
+                      dropout_hash(static_cast<std::uint32_t>(seed >> 32) + 0x9e3779b9u));
+}
 inline float dropout_uniform(std::uint64_t seed, std::uint32_t index) {
-  const std::uint32_t key =
-      dropout_hash(static_cast<std::uint32_t>(seed) ^
-                   dropout_hash(static_cast<std::uint32_t>(seed >> 32) + 0x9e3779b9u));
-  return static_cast<float>(dropout_hash(index ^ key) >> 8) * (1.0f / 16777216.0f);
+  return static_cast<float>(dropout_hash(index ^ dropout_key(seed)) >> 8) * (1.0f / 16777216.0f);
 }
 
 // One call of an op: the tensors and attributes a kernel sees. Inputs and outputs live on the

@@ -1,0 +1,164 @@
+// Host-side launch geometry shared by the GPU plugins (vulkan, opencl): how an op call maps onto
+// the flat index spaces their kernels walk. Header-only; the kernels themselves stay per plugin
+// (GLSL and OpenCL C), and each reads the structs below field by field in this order.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "tessera/kernel.h"
+
+namespace tessera::common {
+
+inline constexpr int kRank = kMaxDims;  // every strided kernel takes this many dimensions
+
+// An element-wise call over a contiguous output of |n| elements whose inputs are strided views:
+// output index i has coordinates in |shape| (row-major, leading dims padded with 1) and reads
+// input k at offset[k] + sum(coord[d] * stride[k][d]). Adjacent dimensions that every input walks
+// contiguously are merged first, so a contiguous call has rank 1.
+struct Strided {
+  std::int32_t n = 0;
+  std::int32_t rank = 0;
+  std::int32_t shape[kRank] = {};
+  std::int32_t stride[2][kRank] = {};
+};
+
+inline Strided strided(const Shape& shape, const Tensor* inputs, int count) {
+  Strided g;
+  g.n = static_cast<std::int32_t>(shape.numel());
+  // Merge from the innermost dimension outwards.
+  std::int64_t ext[kRank], str[2][kRank];
+  int r = 0;
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    bool merge = r > 0;
+    for (int k = 0; k < count && merge; ++k)
+      merge = inputs[k].strides()[d] == str[k][r - 1] * ext[r - 1];
+    if (merge) {
+      ext[r - 1] *= shape[d];
+      continue;
+    }
+    ext[r] = shape[d];
+    for (int k = 0; k < count; ++k) str[k][r] = inputs[k].strides()[d];
+    ++r;
+  }
+  g.rank = r;
+  for (int i = 0; i < r; ++i) {  // back to outermost-first
+    g.shape[i] = static_cast<std::int32_t>(ext[r - 1 - i]);
+    for (int k = 0; k < count; ++k) g.stride[k][i] = static_cast<std::int32_t>(str[k][r - 1 - i]);
+  }
+  return g;
+}
+
+// True when every input of |g| is read contiguously (rank <= 1 with unit strides).
+inline bool is_flat(const Strided& g, int count) {
+  if (g.rank == 0) return true;
+  if (g.rank > 1) return false;
+  for (int k = 0; k < count; ++k)
+    if (g.stride[k][0] != 1) return false;
+  return true;
+}
+
+// A contiguous tensor reduced along |axis| is [outer, n, inner].
+struct AxisSplit {
+  std::int32_t outer = 1, n = 1, inner = 1;
+};
+
+inline AxisSplit split_axis(const Shape& s, int axis) {
+  std::int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= s[i];
+  for (int i = axis + 1; i < s.rank(); ++i) inner *= s[i];
+  return {static_cast<std::int32_t>(outer), static_cast<std::int32_t>(s[axis]),
+          static_cast<std::int32_t>(inner)};
+}
+
+// One conv2d: x [n,c,h,w], w [o,c,kh,kw], y [n,o,ho,wo].
+struct Conv {
+  std::int32_t n, c, h, w, o, kh, kw, ho, wo, sh, sw, ph, pw;
+};
+
+inline Conv conv(const Shape& x, const Shape& w, const Shape& y, const Conv2dAttrs& a) {
+  auto i = [](std::int64_t v) { return static_cast<std::int32_t>(v); };
+  return {i(x[0]), i(x[1]), i(x[2]),    i(x[3]),    i(w[0]), i(w[2]), i(w[3]),
+          i(y[2]), i(y[3]), a.stride_h, a.stride_w, a.pad_h, a.pad_w};
+}
+
+// The per-step constants of one Adam update, as the CPU plugin computes them.
+struct AdamStep {
+  float lr_corrected;  // lr / (1 - beta1^step)
+  float inv_bc2_sqrt;  // 1 / sqrt(1 - beta2^step)
+};
+
+inline AdamStep adam_step(const AdamAttrs& a) {
+  const auto step = static_cast<double>(a.step);
+  const float bc1 = static_cast<float>(1 - std::pow(static_cast<double>(a.beta1), step));
+  const float bc2 = static_cast<float>(1 - std::pow(static_cast<double>(a.beta2), step));
+  return {a.lr / bc1, 1 / std::sqrt(bc2)};
+}
+
+// The rule every GPU kernel shares: f32 tensors (i32 where the op defines an index or label)
+// whose element counts and offsets fit the kernels' 32-bit indices.
+inline Support gpu_supports(const OpCall& call) {
+  const Tensor& first = call.num_inputs ? call.in(0) : call.out(0);
+  if (first.dtype() != DType::f32)
+    return Support::no(
+        fmt::format("dtype {} is not supported (f32 only)", dtype_name(first.dtype())));
+  constexpr std::int64_t kLimit = std::numeric_limits<std::int32_t>::max();
+  auto check = [&](const Tensor& t) {
+    std::int64_t reach = t.offset() + 1;
+    for (int d = 0; d < t.rank(); ++d) reach += (t.shape()[d] - 1) * std::abs(t.strides()[d]);
+    return t.numel() <= kLimit && reach <= kLimit;
+  };
+  for (int i = 0; i < call.num_inputs; ++i)
+    if (!check(call.in(i)))
+      return Support::no("a tensor of more than 2^31 elements (32-bit indices in the kernels)");
+  for (int i = 0; i < call.num_outputs; ++i) {
+    if (call.out(i).dtype() != DType::f32 && call.out(i).dtype() != DType::i32)
+      return Support::no(
+          fmt::format("output dtype {} is not supported", dtype_name(call.out(i).dtype())));
+    if (!check(call.out(i)))
+      return Support::no("a tensor of more than 2^31 elements (32-bit indices in the kernels)");
+  }
+  return Support::yes();
+}
+
+// copy and fill move 4-byte elements of any dtype (f32, i32).
+inline Support four_byte_supports(const OpCall& call) {
+  const Tensor& t = call.num_inputs ? call.in(0) : call.out(0);
+  if (dtype_size(t.dtype()) != 4)
+    return Support::no(fmt::format("{} of {} is not implemented (4-byte dtypes only)",
+                                   op_name(call.op), dtype_name(t.dtype())));
+  if (t.numel() > std::numeric_limits<std::int32_t>::max())
+    return Support::no("a tensor of more than 2^31 elements (32-bit indices in the kernels)");
+  return Support::yes();
+}
+
+// The bits of a fill value as the output's dtype stores them.
+inline std::uint32_t fill_bits(const OpCall& call) {
+  const double v = call.attr<ScalarAttrs>().value;
+  if (call.out(0).dtype() == DType::i32) {
+    const auto i = static_cast<std::int32_t>(v);
+    return static_cast<std::uint32_t>(i);
+  }
+  const auto f = static_cast<float>(v);
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
+
+// Element offset of a tensor, as the kernels take it.
+inline std::int32_t offset_of(const Tensor& t) {
+  return static_cast<std::int32_t>(t.offset());
+}
+
+inline std::int32_t numel_of(const Tensor& t) {
+  return static_cast<std::int32_t>(t.numel());
+}
+
+}  // namespace tessera::common

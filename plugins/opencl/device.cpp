@@ -1,0 +1,155 @@
+#include <fmt/format.h>
+
+#include "opencl.h"
+#include "tessera/log.h"
+
+namespace tessera::opencl {
+
+std::string error_name(cl_int err) {
+  const char* name = "unknown error";
+  switch (err) {
+#define CASE(x) \
+  case x:       \
+    name = #x;  \
+    break;
+    CASE(CL_DEVICE_NOT_FOUND)
+    CASE(CL_DEVICE_NOT_AVAILABLE)
+    CASE(CL_COMPILER_NOT_AVAILABLE)
+    CASE(CL_MEM_OBJECT_ALLOCATION_FAILURE)
+    CASE(CL_OUT_OF_RESOURCES)
+    CASE(CL_OUT_OF_HOST_MEMORY)
+    CASE(CL_BUILD_PROGRAM_FAILURE)
+    CASE(CL_INVALID_VALUE)
+    CASE(CL_INVALID_DEVICE)
+    CASE(CL_INVALID_BINARY)
+    CASE(CL_INVALID_BUILD_OPTIONS)
+    CASE(CL_INVALID_PROGRAM)
+    CASE(CL_INVALID_PROGRAM_EXECUTABLE)
+    CASE(CL_INVALID_KERNEL_NAME)
+    CASE(CL_INVALID_KERNEL_ARGS)
+    CASE(CL_INVALID_ARG_INDEX)
+    CASE(CL_INVALID_ARG_VALUE)
+    CASE(CL_INVALID_ARG_SIZE)
+    CASE(CL_INVALID_MEM_OBJECT)
+    CASE(CL_INVALID_WORK_GROUP_SIZE)
+    CASE(CL_INVALID_WORK_ITEM_SIZE)
+    CASE(CL_INVALID_GLOBAL_WORK_SIZE)
+    CASE(CL_INVALID_BUFFER_SIZE)
+    CASE(CL_INVALID_COMMAND_QUEUE)
+    CASE(CL_INVALID_CONTEXT)
+    CASE(CL_INVALID_OPERATION)
+    CASE(CL_INVALID_EVENT_WAIT_LIST)
+    CASE(CL_MISALIGNED_SUB_BUFFER_OFFSET)
+    CASE(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)
+#undef CASE
+    default:
+      break;
+  }
+  return fmt::format("{} ({})", name, err);
+}
+
+void check(cl_int err, std::string_view what, std::string_view device) {
+  if (err != CL_SUCCESS)
+    throw BackendError(fmt::format("{} on {} failed: {}", what, device, error_name(err)));
+}
+
+std::string device_string(cl_device_id d, cl_device_info what) {
+  std::size_t size = 0;
+  if (clGetDeviceInfo(d, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return {};
+  std::string s(size, '\0');
+  clGetDeviceInfo(d, what, size, s.data(), nullptr);
+  while (!s.empty() && (s.back() == '\0' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+namespace {
+
+std::string platform_string(cl_platform_id p, cl_platform_info what) {
+  std::size_t size = 0;
+  if (clGetPlatformInfo(p, what, 0, nullptr, &size) != CL_SUCCESS || size == 0) return {};
+  std::string s(size, '\0');
+  clGetPlatformInfo(p, what, size, s.data(), nullptr);
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+DeviceType type_of(cl_device_id d) {
+  const auto type = device_value<cl_device_type>(d, CL_DEVICE_TYPE);
+  if (type & CL_DEVICE_TYPE_CPU) return DeviceType::cpu;
+  if (type & CL_DEVICE_TYPE_GPU)
+    return device_value<cl_bool>(d, CL_DEVICE_HOST_UNIFIED_MEMORY) ? DeviceType::integrated_gpu
+                                                                   : DeviceType::discrete_gpu;
+  return DeviceType::other;
+}
+
+bool has_extension(const std::string& list, std::string_view ext) {
+  std::size_t at = 0;
+  while ((at = list.find(ext, at)) != std::string::npos) {
+    const std::size_t end = at + ext.size();
+    if ((at == 0 || list[at - 1] == ' ') && (end == list.size() || list[end] == ' ')) return true;
+    at = end;
+  }
+  return false;
+}
+
+}  // namespace
+
+OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int index) {
+  const std::string id = fmt::format("opencl:{}", index);
+  cl_int err = CL_SUCCESS;
+  const cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
+                                         reinterpret_cast<cl_context_properties>(platform), 0};
+  context_ = clCreateContext(props, 1, &device, nullptr, nullptr, &err);
+  check(err, "clCreateContext", id);
+
+  const std::string extensions = device_string(device, CL_DEVICE_EXTENSIONS);
+  const auto global = device_value<cl_ulong>(device, CL_DEVICE_GLOBAL_MEM_SIZE);
+  const auto local = device_value<cl_ulong>(device, CL_DEVICE_LOCAL_MEM_SIZE);
+  const auto max_wg = device_value<std::size_t>(device, CL_DEVICE_MAX_WORK_GROUP_SIZE);
+  const bool unified = device_value<cl_bool>(device, CL_DEVICE_HOST_UNIFIED_MEMORY);
+  const std::string platform_name = platform_string(platform, CL_PLATFORM_NAME);
+  const std::string platform_version = platform_string(platform, CL_PLATFORM_VERSION);
+  info_.name = device_string(device, CL_DEVICE_NAME);
+  info_.type = type_of(device);
+  info_.vendor = device_string(device, CL_DEVICE_VENDOR);
+  info_.driver = device_string(device, CL_DRIVER_VERSION);
+  info_.compute_units =
+      static_cast<int>(device_value<cl_uint>(device, CL_DEVICE_MAX_COMPUTE_UNITS));
+  info_.score = 10;
+  info_.properties = {
+      {"platform", fmt::format("{} ({})", platform_name, platform_version)},
+      {"opencl version", device_string(device, CL_DEVICE_VERSION)},
+      {"opencl c version", device_string(device, CL_DEVICE_OPENCL_C_VERSION)},
+      {"global memory", format_bytes(global)},
+      {"local memory", format_bytes(local)},
+      {"max work-group size", std::to_string(max_wg)},
+      {"host unified memory", unified ? "yes" : "no"},
+      {"fp16", has_extension(extensions, "cl_khr_fp16") ? "yes" : "no"},
+      {"fp64", has_extension(extensions, "cl_khr_fp64") ? "yes" : "no"},
+  };
+
+  // Devices that share the host's memory use host allocations in place (zero copy).
+  const bool host_memory = info_.type == DeviceType::cpu || unified;
+  allocator_ = std::make_unique<OpenclAllocator>(context_, device, id, host_memory);
+  queue_ = std::make_unique<OpenclQueue>(context_, device, id);
+  programs_ = std::make_unique<Programs>(
+      context_, device, id, fmt::format("{}|{}|{}", info_.name, info_.driver, platform_version));
+
+  // CLBlast-like GEMM tiles: 128x128 work-group tiles for GPUs, smaller ones for CPUs (PoCL) and
+  // devices with small work-groups; KWG 16, 8x8 or 4x4 per work-item, float4 loads.
+  GemmTiles tiles{128, 128, 16, 8, 8};
+  if (info_.type == DeviceType::cpu) tiles = {64, 64, 16, 4, 4};
+  if (max_wg < 256 || local < 24 * 1024) tiles = {32, 32, 16, 4, 4};
+  info_.properties.push_back({"gemm tiles", fmt::format("{}x{}x{}, {}x{} per work-item", tiles.tm,
+                                                        tiles.tn, tiles.tk, tiles.wm, tiles.wn)});
+  ctx_ = std::make_unique<Context>(Context{*programs_, *queue_, tiles, max_wg, launch_mu_});
+  register_kernels(kernels_, *ctx_);
+  log().debug("{}: {} ({}), {} compute units", id, info_.name, platform_name, info_.compute_units);
+}
+
+OpenclDevice::~OpenclDevice() {
+  // Devices live until exit; the driver may already be unloading, so nothing is released here
+  // beyond what the members release themselves.
+}
+
+}  // namespace tessera::opencl

@@ -1,0 +1,98 @@
+// Element-wise kernels. Every tensor argument is a buffer plus an element offset; n is the
+// element count of the (contiguous) output. One work-item per output element.
+
+// Strided views (host side: tessera::common::Strided): output index i has coordinates in
+// shape[0..rank) and reads input k at its offset + sum(coord * stride[k]).
+typedef struct {
+  int n;
+  int rank;
+  int shape[6];
+  int stride[2][6];
+} Strided;
+
+#define BINARY(NAME, EXPR)                                                                      \
+  __kernel void NAME(__global const float* a, int oa, __global const float* b, int ob,          \
+                     __global float* y, int oy, Strided g) {                                    \
+    const int i = get_global_id(0);                                                             \
+    if (i >= g.n) return;                                                                       \
+    int ia = oa, ib = ob, r = i;                                                                \
+    for (int d = g.rank - 1; d >= 0; --d) {                                                     \
+      const int c = r % g.shape[d];                                                             \
+      r /= g.shape[d];                                                                          \
+      ia += c * g.stride[0][d];                                                                 \
+      ib += c * g.stride[1][d];                                                                 \
+    }                                                                                           \
+    const float x = a[ia], z = b[ib];                                                           \
+    y[oy + i] = EXPR;                                                                           \
+  }                                                                                             \
+  __kernel void NAME##_flat(__global const float* a, int oa, __global const float* b, int ob,   \
+                            __global float* y, int oy, int n) {                                 \
+    const int i = get_global_id(0);                                                             \
+    if (i >= n) return;                                                                         \
+    const float x = a[oa + i], z = b[ob + i];                                                   \
+    y[oy + i] = EXPR;                                                                           \
+  }
+
+BINARY(add, x + z)
+BINARY(sub, x - z)
+BINARY(mul, x * z)
+BINARY(div_, x / z)
+
+#define UNARY(NAME, EXPR)                                                                      \
+  __kernel void NAME(__global const float* in, int ox, __global float* y, int oy, int n,      \
+                     float s) {                                                                \
+    const int i = get_global_id(0);                                                            \
+    if (i >= n) return;                                                                        \
+    const float x = in[ox + i];                                                                \
+    y[oy + i] = EXPR;                                                                          \
+  }
+
+UNARY(add_scalar, x + s)
+UNARY(mul_scalar, x* s)
+UNARY(relu, x > 0.0f ? x : 0.0f)
+UNARY(exp_, exp(x))
+UNARY(log_, log(x))
+UNARY(tanh_, tanh(x))
+UNARY(sigmoid, 1.0f / (1.0f + exp(-x)))
+
+__kernel void relu_backward(__global const float* g, int og, __global const float* x, int ox,
+                            __global float* y, int oy, int n) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  y[oy + i] = x[ox + i] > 0.0f ? g[og + i] : 0.0f;
+}
+
+// Any 4-byte dtype.
+__kernel void copy_strided(__global const uint* x, int ox, __global uint* y, int oy, Strided g) {
+  const int i = get_global_id(0);
+  if (i >= g.n) return;
+  int ix = ox, r = i;
+  for (int d = g.rank - 1; d >= 0; --d) {
+    const int c = r % g.shape[d];
+    r /= g.shape[d];
+    ix += c * g.stride[0][d];
+  }
+  y[oy + i] = x[ix];
+}
+
+__kernel void fill(__global uint* y, int oy, int n, uint bits) {
+  const int i = get_global_id(0);
+  if (i < n) y[oy + i] = bits;
+}
+
+// tessera::dropout_hash; key = tessera::dropout_key(seed), computed on the host.
+uint dropout_hash(uint x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+__kernel void dropout_mask(__global float* y, int oy, int n, uint key, float p, float keep) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const float u = (float)(dropout_hash((uint)i ^ key) >> 8) * (1.0f / 16777216.0f);
+  y[oy + i] = u >= p ? keep : 0.0f;
+}

@@ -1,0 +1,156 @@
+// The OpenCL plugin: every device of every platform (through the ICD loader) as opencl:N.
+// One in-order command queue per device; kernels are OpenCL C from kernels/, built on first use
+// and cached as program binaries under TESSERA_CACHE_DIR.
+#pragma once
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+
+#include <array>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/device.h"
+#include "tessera/errors.h"
+
+namespace tessera::opencl {
+
+// "CL_OUT_OF_RESOURCES (-5)".
+std::string error_name(cl_int err);
+
+// Throws BackendError "what on DEVICE failed: CL_... (-N)" unless err is CL_SUCCESS.
+void check(cl_int err, std::string_view what, std::string_view device);
+
+// An OpenCL string or scalar device property.
+std::string device_string(cl_device_id d, cl_device_info what);
+template <typename T>
+T device_value(cl_device_id d, cl_device_info what) {
+  T v{};
+  clGetDeviceInfo(d, what, sizeof v, &v, nullptr);
+  return v;
+}
+
+// One cl_mem. |host| is set when the memory is the host's own (CL_MEM_USE_HOST_PTR on a device
+// that shares host memory), and then host_ptr() returns it. Releasing a cl_mem with work queued
+// on it is safe: OpenCL keeps it alive until that work is done.
+class OpenclBuffer final : public Buffer {
+ public:
+  OpenclBuffer(cl_mem mem, std::size_t size, void* host, class OpenclAllocator& owner)
+      : mem_(mem), size_(size), host_(host), owner_(owner) {}
+  ~OpenclBuffer() override;
+  std::size_t size() const override { return size_; }
+  void* host_ptr() const override { return host_; }
+  cl_mem mem() const { return mem_; }
+
+ private:
+  cl_mem mem_;
+  std::size_t size_;
+  void* host_;
+  OpenclAllocator& owner_;
+};
+
+// clCreateBuffer per allocation (the core's caching allocator sits above). OpenCL allocates
+// lazily, so the allocator counts what it handed out against the device's global memory and
+// refuses with OutOfMemory before the driver would fail later, at first use.
+class OpenclAllocator final : public Allocator {
+ public:
+  OpenclAllocator(cl_context context, cl_device_id device, std::string id, bool host_memory);
+  std::unique_ptr<Buffer> allocate(std::size_t bytes) override;
+  MemoryInfo memory() const override;
+  void release(std::size_t bytes) noexcept;
+
+ private:
+  cl_context context_;
+  std::string id_;
+  bool host_memory_;       // allocate host memory and let the device use it in place
+  std::size_t total_;      // CL_DEVICE_GLOBAL_MEM_SIZE
+  std::size_t max_alloc_;  // CL_DEVICE_MAX_MEM_ALLOC_SIZE
+  mutable std::mutex mu_;
+  std::size_t used_ = 0;
+};
+
+// The device's in-order queue. write() stages the bytes in a copy freed by the command's
+// completion callback, so it never waits; read() blocks; nothing else waits for the device.
+class OpenclQueue final : public Queue {
+ public:
+  OpenclQueue(cl_context context, cl_device_id device, std::string id);
+  ~OpenclQueue() override;
+  void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
+  void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
+  void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+            std::size_t bytes) override;
+  void synchronize() override;
+  cl_command_queue handle() const { return queue_; }
+  const std::string& id() const { return id_; }
+
+ private:
+  cl_command_queue queue_;
+  std::string id_;
+};
+
+// GEMM tile sizes (gemm.cl), chosen per device.
+struct GemmTiles {
+  int tm, tn, tk, wm, wn;
+};
+
+// Programs built from the embedded kernels/*.cl on first use, one per (file, options), with their
+// binaries cached on disk; kernels created once per name. Thread-safe.
+class Programs {
+ public:
+  Programs(cl_context context, cl_device_id device, std::string id, std::string cache_key);
+  ~Programs();
+  // The kernel |name| of kernels/|file| built with |options| ("-DTM=128 ..."). Throws
+  // BackendError with the compiler's log when the build fails.
+  cl_kernel kernel(std::string_view file, std::string_view name, const std::string& options = {});
+
+ private:
+  cl_program build(std::string_view file, const std::string& options);
+  cl_context context_;
+  cl_device_id device_;
+  std::string id_;
+  std::string cache_key_;  // device name, driver and platform versions
+  std::mutex mu_;
+  std::map<std::string, cl_program, std::less<>> programs_;
+  std::map<std::string, cl_kernel, std::less<>> kernels_;
+};
+
+// What every OpenCL kernel launch needs.
+struct Context {
+  Programs& programs;
+  OpenclQueue& queue;
+  GemmTiles tiles;
+  std::size_t max_work_group;
+  std::mutex& launch_mu;  // clSetKernelArg + enqueue of one cl_kernel are not thread-safe
+};
+
+using KernelTable = std::array<std::unique_ptr<Kernel>, kNumOps>;
+void register_kernels(KernelTable& table, Context& ctx);
+
+class OpenclDevice final : public Device {
+ public:
+  OpenclDevice(cl_platform_id platform, cl_device_id device, int index);
+  ~OpenclDevice() override;
+  const DeviceInfo& info() const override { return info_; }
+  Allocator& allocator() override { return *allocator_; }
+  Queue& queue() override { return *queue_; }
+  const Kernel* kernel(OpId op) const override {
+    return kernels_[static_cast<std::size_t>(op)].get();
+  }
+
+ private:
+  cl_context context_ = nullptr;
+  DeviceInfo info_;
+  std::unique_ptr<OpenclAllocator> allocator_;
+  std::unique_ptr<OpenclQueue> queue_;
+  std::unique_ptr<Programs> programs_;
+  std::mutex launch_mu_;
+  std::unique_ptr<Context> ctx_;
+  KernelTable kernels_;
+};
+
+}  // namespace tessera::opencl

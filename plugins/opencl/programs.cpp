@@ -1,0 +1,114 @@
+#include <fmt/format.h>
+
+#include "opencl.h"
+#include "tessera/embedded.h"
+#include "tessera/file.h"
+#include "tessera/log.h"
+
+namespace tessera::opencl {
+namespace {
+
+constexpr std::string_view kMagic = "TESSERA-OPENCL-BINARY-1\n";
+
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string build_log(cl_program program, cl_device_id device) {
+  std::size_t size = 0;
+  clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size);
+  std::string log(size, '\0');
+  if (size) clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, size, log.data(), nullptr);
+  while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();
+  return log;
+}
+
+std::string program_binary(cl_program program) {
+  std::size_t size = 0;
+  if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr) !=
+          CL_SUCCESS ||
+      size == 0)
+    return {};
+  std::string bin(size, '\0');
+  unsigned char* ptr = reinterpret_cast<unsigned char*>(bin.data());
+  if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof ptr, &ptr, nullptr) != CL_SUCCESS)
+    return {};
+  return bin;
+}
+
+}  // namespace
+
+Programs::Programs(cl_context context, cl_device_id device, std::string id, std::string cache_key)
+    : context_(context), device_(device), id_(std::move(id)), cache_key_(std::move(cache_key)) {}
+
+Programs::~Programs() = default;  // devices live until exit; the driver may be unloading
+
+cl_kernel Programs::kernel(std::string_view file, std::string_view name,
+                           const std::string& options) {
+  const std::string program_key = fmt::format("{}\n{}", file, options);
+  const std::string kernel_key = fmt::format("{}\n{}", program_key, name);
+  std::lock_guard lock(mu_);
+  if (auto it = kernels_.find(kernel_key); it != kernels_.end()) return it->second;
+  auto it = programs_.find(program_key);
+  if (it == programs_.end()) it = programs_.emplace(program_key, build(file, options)).first;
+  cl_int err = CL_SUCCESS;
+  const std::string kernel_name(name);
+  cl_kernel k = clCreateKernel(it->second, kernel_name.c_str(), &err);
+  check(err, fmt::format("clCreateKernel({})", name), id_);
+  kernels_.emplace(kernel_key, k);
+  return k;
+}
+
+cl_program Programs::build(std::string_view file, const std::string& options) {
+  const auto data = embedded_file(file);
+  if (data.empty())
+    throw BackendError(fmt::format("kernels/{} is not embedded in the opencl plugin", file));
+  const std::string_view source(reinterpret_cast<const char*>(data.data()), data.size());
+  const std::string all_options = options + " -cl-std=CL1.2";
+  // Everything the binary depends on: the source, the options, the device and its driver.
+  const std::string key = fmt::format("{:016x}|{}|{}\n", fnv1a(source), all_options, cache_key_);
+  const std::string entry = fmt::format("opencl-{:016x}.bin", fnv1a(key));
+
+  if (const auto cached = cache_read(entry)) {
+    const std::string_view c = *cached;
+    if (c.starts_with(kMagic) && c.substr(kMagic.size()).starts_with(key)) {
+      const std::string_view bin = c.substr(kMagic.size() + key.size());
+      const auto* ptr = reinterpret_cast<const unsigned char*>(bin.data());
+      const std::size_t size = bin.size();
+      cl_int status = CL_SUCCESS, err = CL_SUCCESS;
+      cl_program p = clCreateProgramWithBinary(context_, 1, &device_, &size, &ptr, &status, &err);
+      if (p && err == CL_SUCCESS && status == CL_SUCCESS &&
+          clBuildProgram(p, 1, &device_, all_options.c_str(), nullptr, nullptr) == CL_SUCCESS) {
+        log().debug("{}: kernels/{} loaded from the cache ({})", id_, file, entry);
+        return p;
+      }
+      if (p) clReleaseProgram(p);
+      log().debug("{}: cached binary {} was rejected by the driver; rebuilding", id_, entry);
+    } else {
+      log().debug("{}: cache entry {} is not a binary for this device; rebuilding", id_, entry);
+    }
+  }
+
+  const char* text = source.data();
+  const std::size_t length = source.size();
+  cl_int err = CL_SUCCESS;
+  cl_program p = clCreateProgramWithSource(context_, 1, &text, &length, &err);
+  check(err, "clCreateProgramWithSource", id_);
+  err = clBuildProgram(p, 1, &device_, all_options.c_str(), nullptr, nullptr);
+  if (err != CL_SUCCESS) {
+    const std::string compiler_log = build_log(p, device_);
+    clReleaseProgram(p);
+    throw BackendError(fmt::format("building kernels/{} ({}) for {} failed: {}\n{}", file,
+                                   all_options, id_, error_name(err), compiler_log));
+  }
+  if (const std::string bin = program_binary(p); !bin.empty())
+    cache_write(entry, fmt::format("{}{}{}", kMagic, key, bin));
+  return p;
+}
+
+}  // namespace tessera::opencl
