@@ -1,0 +1,230 @@
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "tessera/log.h"
+#include "vulkan.h"
+
+namespace tessera::vulkan {
+
+std::string result_name(VkResult r) {
+  const char* name = "unknown result";
+  switch (r) {
+#define CASE(x) \
+  case x:       \
+    name = #x;  \
+    break;
+    CASE(VK_NOT_READY)
+    CASE(VK_TIMEOUT)
+    CASE(VK_INCOMPLETE)
+    CASE(VK_ERROR_OUT_OF_HOST_MEMORY)
+    CASE(VK_ERROR_OUT_OF_DEVICE_MEMORY)
+    CASE(VK_ERROR_INITIALIZATION_FAILED)
+    CASE(VK_ERROR_DEVICE_LOST)
+    CASE(VK_ERROR_MEMORY_MAP_FAILED)
+    CASE(VK_ERROR_LAYER_NOT_PRESENT)
+    CASE(VK_ERROR_EXTENSION_NOT_PRESENT)
+    CASE(VK_ERROR_FEATURE_NOT_PRESENT)
+    CASE(VK_ERROR_INCOMPATIBLE_DRIVER)
+    CASE(VK_ERROR_TOO_MANY_OBJECTS)
+    CASE(VK_ERROR_FORMAT_NOT_SUPPORTED)
+    CASE(VK_ERROR_FRAGMENTED_POOL)
+    CASE(VK_ERROR_OUT_OF_POOL_MEMORY)
+    CASE(VK_ERROR_INVALID_SHADER_NV)
+#undef CASE
+    default:
+      break;
+  }
+  return fmt::format("{} ({})", name, static_cast<int>(r));
+}
+
+void check(VkResult r, std::string_view what, std::string_view device) {
+  if (r != VK_SUCCESS)
+    throw BackendError(fmt::format("{} on {} failed: {}", what, device, result_name(r)));
+}
+
+namespace {
+
+bool has_extension(VkPhysicalDevice pd, const char* name) {
+  std::uint32_t n = 0;
+  vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, nullptr);
+  std::vector<VkExtensionProperties> exts(n);
+  vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, exts.data());
+  return std::any_of(exts.begin(), exts.end(), [&](const VkExtensionProperties& e) {
+    return std::strcmp(e.extensionName, name) == 0;
+  });
+}
+
+DeviceType type_of(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return DeviceType::discrete_gpu;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return DeviceType::integrated_gpu;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return DeviceType::virtual_gpu;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return DeviceType::cpu;
+    default:
+      return DeviceType::other;
+  }
+}
+
+// The memory type for tensors: device-local; on CPUs and integrated GPUs also host-visible and
+// coherent (zero copy); on discrete GPUs preferably not host-visible (the small BAR window).
+std::uint32_t pick_type(const VkPhysicalDeviceMemoryProperties& mp, bool want_host) {
+  int best = -1, best_score = -1;
+  for (std::uint32_t i = 0; i < mp.memoryTypeCount; ++i) {
+    const VkMemoryPropertyFlags f = mp.memoryTypes[i].propertyFlags;
+    const bool local = f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+    const bool host =
+        (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) && (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+    int score = local ? 4 : 0;
+    score += want_host == host ? 2 : 0;
+    if (score > best_score) best = static_cast<int>(i), best_score = score;
+  }
+  return static_cast<std::uint32_t>(best);
+}
+
+// Host-visible, coherent (cached when possible) memory for staging.
+std::uint32_t pick_staging(const VkPhysicalDeviceMemoryProperties& mp) {
+  int best = -1, best_score = -1;
+  for (std::uint32_t i = 0; i < mp.memoryTypeCount; ++i) {
+    const VkMemoryPropertyFlags f = mp.memoryTypes[i].propertyFlags;
+    if (!(f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) || !(f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT))
+      continue;
+    const int score = (f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ? 2 : 1;
+    if (score > best_score) best = static_cast<int>(i), best_score = score;
+  }
+  return static_cast<std::uint32_t>(best);
+}
+
+}  // namespace
+
+VulkanDevice::VulkanDevice(VkInstance, VkPhysicalDevice physical, int index)
+    : id_(fmt::format("vulkan:{}", index)), physical_(physical) {
+  vkGetPhysicalDeviceProperties(physical, &props_);
+  if (VK_API_VERSION_MINOR(props_.apiVersion) < 2 && VK_API_VERSION_MAJOR(props_.apiVersion) == 1)
+    throw DeviceUnavailable(fmt::format("{} supports Vulkan {}.{} only (1.2 is needed)",
+                                        props_.deviceName, VK_API_VERSION_MAJOR(props_.apiVersion),
+                                        VK_API_VERSION_MINOR(props_.apiVersion)));
+  if (!has_extension(physical, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME))
+    throw DeviceUnavailable(
+        fmt::format("{} lacks {}", props_.deviceName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME));
+  std::uint32_t nf = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(physical, &nf, nullptr);
+  std::vector<VkQueueFamilyProperties> families(nf);
+  vkGetPhysicalDeviceQueueFamilyProperties(physical, &nf, families.data());
+  family_ = nf;
+  for (std::uint32_t i = 0; i < nf && family_ == nf; ++i)
+    if (families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) family_ = i;
+  if (family_ == nf)
+    throw DeviceUnavailable(fmt::format("{} has no compute queue", props_.deviceName));
+
+  budget_ext_ = has_extension(physical, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  const bool coop = has_extension(physical, "VK_KHR_cooperative_matrix");
+  std::vector<const char*> exts = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+  if (budget_ext_) exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+
+  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f12, {}};
+  vkGetPhysicalDeviceFeatures2(physical, &f2);
+
+  const float priority = 1.0f;
+  VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  qi.queueFamilyIndex = family_;
+  qi.queueCount = 1;
+  qi.pQueuePriorities = &priority;
+  VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  di.queueCreateInfoCount = 1;
+  di.pQueueCreateInfos = &qi;
+  di.enabledExtensionCount = static_cast<std::uint32_t>(exts.size());
+  di.ppEnabledExtensionNames = exts.data();
+  check(vkCreateDevice(physical, &di, nullptr, &device_), "vkCreateDevice", id_);
+  vkGetDeviceQueue(device_, family_, 0, &vk_queue_);
+  push_descriptor = reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(
+      vkGetDeviceProcAddr(device_, "vkCmdPushDescriptorSetKHR"));
+  if (!push_descriptor) throw DeviceUnavailable("vkCmdPushDescriptorSetKHR is missing");
+
+  VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceDriverProperties drv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, &sub};
+  VkPhysicalDeviceMaintenance3Properties m3{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES, &drv};
+  VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &m3, {}};
+  vkGetPhysicalDeviceProperties2(physical, &p2);
+  max_buffer_ =
+      std::min<VkDeviceSize>(m3.maxMemoryAllocationSize, props_.limits.maxStorageBufferRange);
+
+  VkPhysicalDeviceMemoryProperties mp;
+  vkGetPhysicalDeviceMemoryProperties(physical, &mp);
+  info_.name = props_.deviceName;
+  info_.type = type_of(props_.deviceType);
+  info_.vendor = fmt::format("{} ({:#06x})", drv.driverName, props_.vendorID);
+  info_.driver =
+      drv.driverInfo[0] ? std::string(drv.driverInfo) : std::to_string(props_.driverVersion);
+  info_.compute_units = 0;
+  info_.score = 20;
+  const bool host_memory =
+      info_.type == DeviceType::cpu || info_.type == DeviceType::integrated_gpu;
+  const std::uint32_t type = pick_type(mp, host_memory);
+  const std::uint32_t staging = pick_staging(mp);
+  std::string heaps;
+  for (std::uint32_t h = 0; h < mp.memoryHeapCount; ++h)
+    heaps +=
+        fmt::format("{}{}{}", h ? ", " : "", format_bytes(mp.memoryHeaps[h].size),
+                    (mp.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) ? " local" : "");
+  const bool mapped = mp.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
+
+  // GEMM tiles: 128x128 work-group tiles with 8x8 per invocation on GPUs (16 KiB of the 48 KiB
+  // of shared memory NVIDIA gives), smaller ones on CPU implementations (lavapipe).
+  tiles_ =
+      info_.type == DeviceType::cpu ? GemmTiles{64, 64, 16, 4, 4} : GemmTiles{128, 128, 16, 8, 8};
+  if (props_.limits.maxComputeWorkGroupInvocations < 256 ||
+      props_.limits.maxComputeSharedMemorySize < 24 * 1024)
+    tiles_ = {32, 32, 16, 4, 4};
+
+  info_.properties = {
+      {"api version", fmt::format("{}.{}.{}", VK_API_VERSION_MAJOR(props_.apiVersion),
+                                  VK_API_VERSION_MINOR(props_.apiVersion),
+                                  VK_API_VERSION_PATCH(props_.apiVersion))},
+      {"driver", fmt::format("{} {}", drv.driverName, drv.driverInfo)},
+      {"memory heaps", heaps},
+      {"tensor memory", fmt::format("type {}{}", type, mapped ? ", host-visible (zero copy)" : "")},
+      {"subgroup size", std::to_string(sub.subgroupSize)},
+      {"shared memory per workgroup", format_bytes(props_.limits.maxComputeSharedMemorySize)},
+      {"max workgroup invocations", std::to_string(props_.limits.maxComputeWorkGroupInvocations)},
+      {"f16", f12.shaderFloat16 ? "yes" : "no"},
+      {"cooperative matrix", coop ? "yes (VK_KHR_cooperative_matrix)" : "no"},
+      {"gemm tiles", fmt::format("{}x{}x{}, {}x{} per invocation", tiles_.tm, tiles_.tn, tiles_.tk,
+                                 tiles_.wm, tiles_.wn)},
+  };
+
+  device_pool_ = std::make_unique<MemoryPool>(*this, type, mp.memoryTypes[type].heapIndex, mapped);
+  staging_pool_ =
+      std::make_unique<MemoryPool>(*this, staging, mp.memoryTypes[staging].heapIndex, true);
+  queue_ = std::make_unique<VulkanQueue>(*this);
+  pipelines_ = std::make_unique<Pipelines>(*this);
+  register_kernels(kernels_, *this);
+  log().debug("{}: {} ({}), memory type {}", id_, info_.name, info_.driver, type);
+}
+
+VulkanDevice::~VulkanDevice() {
+  // Devices live until exit, when the driver may already be unloading: nothing is destroyed.
+  (void)queue_.release();
+  (void)pipelines_.release();
+  (void)device_pool_.release();
+  (void)staging_pool_.release();
+}
+
+std::int64_t VulkanDevice::heap_budget(std::uint32_t heap) const {
+  if (!budget_ext_) return -1;
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT b{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+  VkPhysicalDeviceMemoryProperties2 mp{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, &b};
+  vkGetPhysicalDeviceMemoryProperties2(physical_, &mp);
+  return static_cast<std::int64_t>(b.heapBudget[heap]) -
+         static_cast<std::int64_t>(b.heapUsage[heap]);
+}
+
+}  // namespace tessera::vulkan

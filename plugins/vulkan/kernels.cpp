@@ -1,0 +1,427 @@
+// The op kernels: each launch picks a pipeline (shader + specialization constants), binds its
+// tensors as push descriptors, pushes offsets and sizes as push constants, and records one
+// dispatch on the device's queue; nothing waits.
+#include <algorithm>
+#include <cstring>
+
+#include "../common/geometry.h"
+#include "vulkan.h"
+
+namespace tessera::vulkan {
+namespace {
+
+using common::numel_of;
+using common::offset_of;
+
+constexpr std::int32_t kGroup = 256;          // invocations per work-group of 1-D launches
+constexpr std::uint32_t kMaxGroupsX = 65535;  // the minimum maxComputeWorkGroupCount[0]
+
+std::int32_t bits(float f) {
+  std::int32_t v;
+  std::memcpy(&v, &f, 4);
+  return v;
+}
+
+class Dispatch {
+ public:
+  Dispatch(VulkanDevice& dev, std::string_view shader, std::initializer_list<std::int32_t> spec,
+           std::int32_t group = kGroup)
+      : dev_(dev), shader_(shader), group_(group) {
+    spec_.push_back(group);
+    spec_.insert(spec_.end(), spec.begin(), spec.end());
+  }
+  Dispatch& in(const Tensor& t) { return bind(t, false); }
+  Dispatch& out(const Tensor& t) { return bind(t, true); }
+  // A binding the shader declares but this variant does not use.
+  Dispatch& unused() {
+    bindings_.push_back({bindings_.front().alloc, false, false});
+    return *this;
+  }
+  Dispatch& i(std::int64_t v) {
+    push_.push_back(static_cast<std::int32_t>(v));
+    return *this;
+  }
+  Dispatch& f(float v) {
+    push_.push_back(bits(v));
+    return *this;
+  }
+  Dispatch& offset(const Tensor& t) { return i(offset_of(t)); }
+  template <typename T>
+  Dispatch& words(const T& s) {  // a struct of 32-bit fields
+    const auto* p = reinterpret_cast<const std::int32_t*>(&s);
+    push_.insert(push_.end(), p, p + sizeof(T) / 4);
+    return *this;
+  }
+  // One invocation per element of [0, n).
+  void run(std::int64_t n) { groups((n + group_ - 1) / group_); }
+  // |count| work-groups, split over x and y when there are more than kMaxGroupsX.
+  void groups(std::int64_t count) {
+    if (count <= 0) return;
+    const auto x = static_cast<std::uint32_t>(std::min<std::int64_t>(count, kMaxGroupsX));
+    const auto y = static_cast<std::uint32_t>((count + x - 1) / x);
+    grid({x, y, 1});
+  }
+  void grid(std::array<std::uint32_t, 3> g) {
+    const VkPipeline p = dev_.pipelines().get(shader_, spec_);
+    dev_.vk_queue_object().dispatch(p, bindings_, push_, g);
+  }
+  std::vector<std::int32_t>& spec() { return spec_; }
+
+ private:
+  Dispatch& bind(const Tensor& t, bool write) {
+    bindings_.push_back({&static_cast<const VulkanBuffer&>(t.buffer()).allocation(), write, true});
+    return *this;
+  }
+  VulkanDevice& dev_;
+  std::string_view shader_;
+  std::int32_t group_;
+  std::vector<std::int32_t> spec_;
+  std::vector<Binding> bindings_;
+  std::vector<std::int32_t> push_;
+};
+
+using LaunchFn = void (*)(const OpCall& call, VulkanDevice& dev);
+
+class VulkanKernel final : public Kernel {
+ public:
+  VulkanKernel(VulkanDevice& dev, LaunchFn fn, Support (*rule)(const OpCall&))
+      : dev_(dev), fn_(fn), rule_(rule) {}
+  Support supports(const OpCall& call) const override { return rule_(call); }
+  void launch(const OpCall& call, Queue&) const override { fn_(call, dev_); }
+
+ private:
+  VulkanDevice& dev_;
+  LaunchFn fn_;
+  Support (*rule_)(const OpCall&);
+};
+
+// --- element-wise ---
+
+template <int kOp>
+void binary(const OpCall& call, VulkanDevice& dev) {
+  const Tensor& y = call.out(0);
+  const common::Strided g = common::strided(y.shape(), call.inputs.data(), 2);
+  const bool flat = common::is_flat(g, 2);
+  Dispatch(dev, "binary", {kOp, flat ? 0 : 1})
+      .in(call.in(0))
+      .in(call.in(1))
+      .out(y)
+      .offset(call.in(0))
+      .offset(call.in(1))
+      .offset(y)
+      .i(g.n)
+      .i(g.rank)
+      .words(g.shape)
+      .words(g.stride[0])
+      .words(g.stride[1])
+      .run(g.n);
+}
+
+template <int kOp>
+void unary(const OpCall& call, VulkanDevice& dev) {
+  const Tensor& y = call.out(0);
+  const bool backward = kOp == 7;  // relu_backward: (grad, x)
+  const Tensor& x = backward ? call.in(1) : call.in(0);
+  const float s = call.op == OpId::add_scalar || call.op == OpId::mul_scalar
+                      ? static_cast<float>(call.attr<ScalarAttrs>().value)
+                      : 0.0f;
+  Dispatch d(dev, "unary", {kOp});
+  d.in(x).out(y);
+  if (backward)
+    d.in(call.in(0));
+  else
+    d.unused();
+  d.offset(x).offset(y).i(y.numel()).f(s).i(backward ? offset_of(call.in(0)) : 0).run(y.numel());
+}
+
+void copy(const OpCall& call, VulkanDevice& dev) {
+  const common::Strided g = common::strided(call.in(0).shape(), call.inputs.data(), 1);
+  Dispatch(dev, "copy", {0})
+      .in(call.in(0))
+      .out(call.out(0))
+      .offset(call.in(0))
+      .offset(call.out(0))
+      .i(g.n)
+      .i(g.rank)
+      .words(g.shape)
+      .words(g.stride[0])
+      .run(g.n);
+}
+
+void fill(const OpCall& call, VulkanDevice& dev) {
+  const Tensor& y = call.out(0);
+  Dispatch(dev, "copy", {1})
+      .out(y)
+      .unused()
+      .i(0)
+      .offset(y)
+      .i(y.numel())
+      .i(static_cast<std::int32_t>(common::fill_bits(call)))
+      .run(y.numel());
+}
+
+void dropout_mask(const OpCall& call, VulkanDevice& dev) {
+  const auto& a = call.attr<DropoutAttrs>();
+  const Tensor& y = call.out(0);
+  Dispatch(dev, "copy", {2})
+      .out(y)
+      .unused()
+      .i(0)
+      .offset(y)
+      .i(y.numel())
+      .i(static_cast<std::int32_t>(dropout_key(a.seed)))
+      .f(a.p)
+      .f(1.0f / (1.0f - a.p))
+      .run(y.numel());
+}
+
+// --- reductions ---
+
+template <int kOp>
+void lines(const OpCall& call, VulkanDevice& dev) {
+  const bool backward = kOp == 5;  // max_backward: (grad, x)
+  const Tensor& x = backward ? call.in(1) : call.in(0);
+  const Tensor& y = call.out(0);
+  const auto sp = common::split_axis(x.shape(), call.attr<AxisAttrs>().axis);
+  const float scale = call.op == OpId::mean ? 1.0f / static_cast<float>(sp.n) : 1.0f;
+  if (kOp == 0 && sp.inner == 1 && sp.n >= 256) {  // long contiguous rows: a group per row
+    Dispatch(dev, "reduce_group", {0})
+        .in(x)
+        .out(y)
+        .unused()
+        .offset(x)
+        .offset(y)
+        .i(sp.n)
+        .f(scale)
+        .groups(sp.outer);
+    return;
+  }
+  Dispatch d(dev, "reduce", {kOp});
+  d.in(x).out(y);
+  if (backward)
+    d.in(call.in(0));
+  else
+    d.unused();
+  d.offset(x)
+      .offset(y)
+      .i(sp.outer)
+      .i(sp.n)
+      .i(sp.inner)
+      .f(scale)
+      .i(backward ? offset_of(call.in(0)) : 0)
+      .run(std::int64_t{sp.outer} * sp.inner);
+}
+
+void cross_entropy(const OpCall& call, VulkanDevice& dev) {
+  Dispatch(dev, "reduce_group", {1})
+      .in(call.in(0))
+      .out(call.out(0))
+      .in(call.in(1))
+      .offset(call.in(0))
+      .offset(call.out(0))
+      .offset(call.in(1))
+      .i(call.in(0).dim(0))
+      .i(call.in(0).dim(1))
+      .groups(1);
+}
+
+void cross_entropy_backward(const OpCall& call, VulkanDevice& dev) {
+  const std::int64_t rows = call.in(0).dim(0);
+  Dispatch(dev, "nn", {4})
+      .in(call.in(0))
+      .in(call.in(1))
+      .out(call.out(0))
+      .in(call.in(2))
+      .offset(call.in(0))
+      .offset(call.in(1))
+      .offset(call.out(0))
+      .offset(call.in(2))
+      .i(rows)
+      .i(call.in(0).dim(1))
+      .run(rows);
+}
+
+// --- nn ---
+
+void matmul(const OpCall& call, VulkanDevice& dev) {
+  const auto& at = call.attr<MatmulAttrs>();
+  const Tensor &a = call.in(0), &b = call.in(1), &y = call.out(0);
+  const std::int64_t m = y.dim(0), n = y.dim(1), k = at.trans_a ? a.dim(0) : a.dim(1);
+  if (m == 0 || n == 0) return;
+  const GemmTiles& t = dev.tiles();
+  const bool vec = m % 4 == 0 && n % 4 == 0 && k % 4 == 0 && a.offset() % 4 == 0 &&
+                   b.offset() % 4 == 0 && y.offset() % 4 == 0;
+  Dispatch d(dev, "gemm", {t.tm / t.wm, t.tm, t.tn, t.tk, t.wm, t.wn, vec, at.trans_a, at.trans_b},
+             t.tn / t.wn);
+  d.in(a).in(b).out(y).offset(a).offset(b).offset(y).i(m).i(n).i(k);
+  d.grid({static_cast<std::uint32_t>((n + t.tn - 1) / t.tn),
+          static_cast<std::uint32_t>((m + t.tm - 1) / t.tm), 1});
+}
+
+void conv2d(const OpCall& call, VulkanDevice& dev) {
+  const auto g = common::conv(call.in(0).shape(), call.in(1).shape(), call.out(0).shape(),
+                              call.attr<Conv2dAttrs>());
+  Dispatch(dev, "nn", {0})
+      .in(call.in(0))
+      .in(call.in(1))
+      .out(call.out(0))
+      .unused()
+      .offset(call.in(0))
+      .offset(call.in(1))
+      .offset(call.out(0))
+      .words(g)
+      .run(call.out(0).numel());
+}
+
+void conv2d_backward_input(const OpCall& call, VulkanDevice& dev) {
+  const auto g = common::conv(call.out(0).shape(), call.in(1).shape(), call.in(0).shape(),
+                              call.attr<Conv2dAttrs>());
+  Dispatch(dev, "nn", {1})
+      .in(call.in(0))
+      .in(call.in(1))
+      .out(call.out(0))
+      .unused()
+      .offset(call.in(0))
+      .offset(call.in(1))
+      .offset(call.out(0))
+      .words(g)
+      .run(call.out(0).numel());
+}
+
+void conv2d_backward_weight(const OpCall& call, VulkanDevice& dev) {
+  const auto g = common::conv(call.in(1).shape(), call.out(0).shape(), call.in(0).shape(),
+                              call.attr<Conv2dAttrs>());
+  Dispatch(dev, "reduce_group", {2})
+      .in(call.in(1))
+      .out(call.out(0))
+      .in(call.in(0))
+      .offset(call.in(1))
+      .offset(call.out(0))
+      .offset(call.in(0))
+      .words(g)
+      .groups(call.out(0).numel());
+}
+
+struct Pool {
+  std::int32_t planes, h, w, ho, wo, kh, kw, sh, sw;
+};
+
+Pool pool(const Shape& x, const Shape& y, const Pool2dAttrs& a) {
+  auto i = [](std::int64_t v) { return static_cast<std::int32_t>(v); };
+  return {i(x[0] * x[1]), i(x[2]),    i(x[3]),    i(y[2]),   i(y[3]),
+          a.kernel_h,     a.kernel_w, a.stride_h, a.stride_w};
+}
+
+void max_pool2d(const OpCall& call, VulkanDevice& dev) {
+  const Pool g = pool(call.in(0).shape(), call.out(0).shape(), call.attr<Pool2dAttrs>());
+  Dispatch(dev, "nn", {2})
+      .in(call.in(0))
+      .unused()
+      .out(call.out(0))
+      .out(call.out(1))
+      .offset(call.in(0))
+      .offset(call.out(1))
+      .offset(call.out(0))
+      .words(g)
+      .run(call.out(0).numel());
+}
+
+void max_pool2d_backward(const OpCall& call, VulkanDevice& dev) {
+  const Pool g = pool(call.out(0).shape(), call.in(0).shape(), call.attr<Pool2dAttrs>());
+  Dispatch(dev, "nn", {3})
+      .in(call.in(0))
+      .in(call.in(1))
+      .out(call.out(0))
+      .unused()
+      .offset(call.in(0))
+      .offset(call.in(1))
+      .offset(call.out(0))
+      .words(g)
+      .run(call.out(0).numel());
+}
+
+// --- optimizers ---
+
+void sgd_update(const OpCall& call, VulkanDevice& dev) {
+  const auto& a = call.attr<SgdAttrs>();
+  const int mode = (a.momentum == 0 ? 0 : a.first_step ? 1 : 2) | (a.nesterov ? 4 : 0);
+  Dispatch(dev, "optim", {0})
+      .in(call.in(0))
+      .out(call.out(0))
+      .out(call.out(1))
+      .unused()
+      .offset(call.in(0))
+      .offset(call.out(0))
+      .offset(call.out(1))
+      .i(call.out(0).numel())
+      .f(a.lr)
+      .f(a.momentum)
+      .f(a.dampening)
+      .f(a.weight_decay)
+      .i(mode)
+      .run(call.out(0).numel());
+}
+
+void adam_update(const OpCall& call, VulkanDevice& dev) {
+  const auto& a = call.attr<AdamAttrs>();
+  const common::AdamStep s = common::adam_step(a);
+  Dispatch(dev, "optim", {1})
+      .in(call.in(0))
+      .out(call.out(0))
+      .out(call.out(1))
+      .out(call.out(2))
+      .offset(call.in(0))
+      .offset(call.out(0))
+      .offset(call.out(1))
+      .i(call.out(0).numel())
+      .f(s.lr_corrected)
+      .f(a.beta1)
+      .f(a.beta2)
+      .f(a.eps)
+      .f(a.weight_decay)
+      .f(s.inv_bc2_sqrt)
+      .offset(call.out(2))
+      .run(call.out(0).numel());
+}
+
+}  // namespace
+
+void register_kernels(KernelTable& t, VulkanDevice& dev) {
+  auto set = [&](OpId op, LaunchFn fn, Support (*rule)(const OpCall&) = common::gpu_supports) {
+    t[static_cast<std::size_t>(op)] = std::make_unique<VulkanKernel>(dev, fn, rule);
+  };
+  set(OpId::matmul, matmul);
+  set(OpId::add, binary<0>);
+  set(OpId::sub, binary<1>);
+  set(OpId::mul, binary<2>);
+  set(OpId::div, binary<3>);
+  set(OpId::add_scalar, unary<0>);
+  set(OpId::mul_scalar, unary<1>);
+  set(OpId::relu, unary<2>);
+  set(OpId::exp, unary<3>);
+  set(OpId::log, unary<4>);
+  set(OpId::tanh, unary<5>);
+  set(OpId::sigmoid, unary<6>);
+  set(OpId::relu_backward, unary<7>);
+  set(OpId::sum, lines<0>);
+  set(OpId::mean, lines<0>);
+  set(OpId::max, lines<1>);
+  set(OpId::argmax, lines<2>);
+  set(OpId::softmax, lines<3>);
+  set(OpId::log_softmax, lines<4>);
+  set(OpId::max_backward, lines<5>);
+  set(OpId::cross_entropy, cross_entropy);
+  set(OpId::cross_entropy_backward, cross_entropy_backward);
+  set(OpId::conv2d, conv2d);
+  set(OpId::conv2d_backward_input, conv2d_backward_input);
+  set(OpId::conv2d_backward_weight, conv2d_backward_weight);
+  set(OpId::max_pool2d, max_pool2d);
+  set(OpId::max_pool2d_backward, max_pool2d_backward);
+  set(OpId::copy, copy, common::four_byte_supports);
+  set(OpId::fill, fill, common::four_byte_supports);
+  set(OpId::sgd_update, sgd_update);
+  set(OpId::adam_update, adam_update);
+  set(OpId::dropout_mask, dropout_mask);
+}
+
+}  // namespace tessera::vulkan

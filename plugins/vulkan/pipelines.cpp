@@ -1,0 +1,152 @@
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "tessera/embedded.h"
+#include "tessera/file.h"
+#include "tessera/log.h"
+#include "vulkan.h"
+
+namespace tessera::vulkan {
+namespace {
+
+// The cache file: this header, then the driver's VkPipelineCache data.
+struct CacheHeader {
+  char magic[16];          // "tessera-vkcache1"
+  std::uint64_t checksum;  // FNV-1a of the data
+  std::uint64_t size;      // bytes of data
+};
+constexpr char kMagic[16] = {'t', 'e', 's', 's', 'e', 'r', 'a', '-',
+                             'v', 'k', 'c', 'a', 'c', 'h', 'e', '1'};
+
+std::uint64_t fnv1a(const void* data, std::size_t size) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::size_t i = 0; i < size; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace
+
+Pipelines::Pipelines(VulkanDevice& device) : dev_(device) {
+  std::array<VkDescriptorSetLayoutBinding, kBindings> b{};
+  for (std::uint32_t i = 0; i < kBindings; ++i)
+    b[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+  VkDescriptorSetLayoutCreateInfo li{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+  li.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+  li.bindingCount = kBindings;
+  li.pBindings = b.data();
+  check(vkCreateDescriptorSetLayout(dev_.handle(), &li, nullptr, &set_layout_),
+        "vkCreateDescriptorSetLayout", dev_.name());
+  const VkPushConstantRange push{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushWords * 4};
+  VkPipelineLayoutCreateInfo pi{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  pi.setLayoutCount = 1;
+  pi.pSetLayouts = &set_layout_;
+  pi.pushConstantRangeCount = 1;
+  pi.pPushConstantRanges = &push;
+  check(vkCreatePipelineLayout(dev_.handle(), &pi, nullptr, &layout_), "vkCreatePipelineLayout",
+        dev_.name());
+  const auto& p = dev_.properties();
+  std::string uuid;
+  for (const std::uint8_t c : p.pipelineCacheUUID) uuid += fmt::format("{:02x}", c);
+  cache_name_ =
+      fmt::format("vulkan-{:04x}-{:04x}-{}-{}.bin", p.vendorID, p.deviceID, uuid, p.driverVersion);
+  load_cache();
+}
+
+Pipelines::~Pipelines() = default;  // never destroyed before exit (see ~VulkanDevice)
+
+void Pipelines::load_cache() {
+  std::string data;
+  if (auto cached = cache_read(cache_name_)) {
+    // Ours, whole, and for this very device and driver; anything else is ignored.
+    const auto& p = dev_.properties();
+    CacheHeader h{};
+    bool ok = cached->size() >= sizeof h;
+    if (ok) std::memcpy(&h, cached->data(), sizeof h);
+    ok = ok && std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 &&
+         h.size == cached->size() - sizeof h &&
+         h.checksum == fnv1a(cached->data() + sizeof h, h.size) && h.size >= 16 + VK_UUID_SIZE;
+    if (ok) {
+      const char* d = cached->data() + sizeof h;
+      std::uint32_t vendor, device;
+      std::memcpy(&vendor, d + 8, 4);
+      std::memcpy(&device, d + 12, 4);
+      ok = vendor == p.vendorID && device == p.deviceID &&
+           std::memcmp(d + 16, p.pipelineCacheUUID, VK_UUID_SIZE) == 0;
+    }
+    if (ok) {
+      data.assign(cached->data() + sizeof h, h.size);
+      log().debug("{}: pipeline cache {} loaded ({} bytes)", dev_.name(), cache_name_, h.size);
+    } else {
+      log().debug("{}: pipeline cache {} is corrupt or from another device; ignoring it",
+                  dev_.name(), cache_name_);
+    }
+  }
+  VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+  ci.initialDataSize = data.size();
+  ci.pInitialData = data.empty() ? nullptr : data.data();
+  if (vkCreatePipelineCache(dev_.handle(), &ci, nullptr, &cache_) != VK_SUCCESS) {
+    ci.initialDataSize = 0;
+    ci.pInitialData = nullptr;
+    check(vkCreatePipelineCache(dev_.handle(), &ci, nullptr, &cache_), "vkCreatePipelineCache",
+          dev_.name());
+  }
+}
+
+void Pipelines::save_cache() {
+  std::size_t size = 0;
+  if (vkGetPipelineCacheData(dev_.handle(), cache_, &size, nullptr) != VK_SUCCESS || !size) return;
+  std::string out(sizeof(CacheHeader) + size, '\0');
+  if (vkGetPipelineCacheData(dev_.handle(), cache_, &size, out.data() + sizeof(CacheHeader)) !=
+      VK_SUCCESS)
+    return;
+  out.resize(sizeof(CacheHeader) + size);
+  CacheHeader h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.size = size;
+  h.checksum = fnv1a(out.data() + sizeof h, size);
+  std::memcpy(out.data(), &h, sizeof h);
+  cache_write(cache_name_, out);
+}
+
+VkPipeline Pipelines::get(std::string_view shader, std::span<const std::int32_t> spec) {
+  std::string key(shader);
+  for (const std::int32_t v : spec) key += fmt::format(",{}", v);
+  std::lock_guard lock(mu_);
+  if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
+
+  auto module = modules_.find(shader);
+  if (module == modules_.end()) {
+    const auto code = embedded_file(fmt::format("{}.spv", shader));
+    if (code.empty())
+      throw BackendError(
+          fmt::format("shaders/{}.comp is not embedded in the vulkan plugin", shader));
+    VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    mi.codeSize = code.size();
+    mi.pCode = reinterpret_cast<const std::uint32_t*>(code.data());
+    VkShaderModule m;
+    check(vkCreateShaderModule(dev_.handle(), &mi, nullptr, &m), "vkCreateShaderModule",
+          dev_.name());
+    module = modules_.emplace(std::string(shader), m).first;
+  }
+  std::vector<VkSpecializationMapEntry> entries(spec.size());
+  for (std::uint32_t i = 0; i < spec.size(); ++i) entries[i] = {i, i * 4, 4};
+  VkSpecializationInfo si{static_cast<std::uint32_t>(entries.size()), entries.data(),
+                          spec.size_bytes(), spec.data()};
+  VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+  ci.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+  ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  ci.stage.module = module->second;
+  ci.stage.pName = "main";
+  ci.stage.pSpecializationInfo = &si;
+  ci.layout = layout_;
+  VkPipeline pipeline;
+  check(vkCreateComputePipelines(dev_.handle(), cache_, 1, &ci, nullptr, &pipeline),
+        fmt::format("creating the pipeline of shaders/{}.comp", shader), dev_.name());
+  pipelines_.emplace(std::move(key), pipeline);
+  save_cache();
+  return pipeline;
+}
+
+}  // namespace tessera::vulkan

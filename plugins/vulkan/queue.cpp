@@ -1,0 +1,229 @@
+#include <cstring>
+
+#include "tessera/log.h"
+#include "vulkan.h"
+
+namespace tessera::vulkan {
+namespace {
+
+constexpr VkPipelineStageFlags kWork =
+    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+constexpr VkAccessFlags kWrites = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+constexpr VkAccessFlags kAll = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                               VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+
+void barrier(VkCommandBuffer cb, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+  VkMemoryBarrier b{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  b.srcAccessMask = kWrites;
+  b.dstAccessMask = dst_access;
+  vkCmdPipelineBarrier(cb, kWork, dst_stage, 0, 1, &b, 0, nullptr, 0, nullptr);
+}
+
+Access range(const Allocation& a, VkDeviceSize offset, VkDeviceSize bytes, bool write) {
+  return {a.block->buffer, a.offset + offset, a.offset + offset + bytes, write};
+}
+
+const Allocation& alloc_of(const Buffer& b) {
+  return static_cast<const VulkanBuffer&>(b).allocation();
+}
+
+}  // namespace
+
+VulkanQueue::VulkanQueue(VulkanDevice& device) : dev_(device) {
+  VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pi.queueFamilyIndex = device.queue_family();
+  check(vkCreateCommandPool(device.handle(), &pi, nullptr, &pool_), "vkCreateCommandPool",
+        device.name());
+}
+
+VulkanQueue::~VulkanQueue() = default;  // never destroyed before exit (see ~VulkanDevice)
+
+VkCommandBuffer VulkanQueue::recording() {
+  if (open_) return open_->cb;
+  reclaim(false);
+  std::unique_ptr<Batch> b;
+  if (!spare_.empty()) {
+    b = std::move(spare_.back());
+    spare_.pop_back();
+  } else {
+    b = std::make_unique<Batch>();
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = pool_;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    check(vkAllocateCommandBuffers(dev_.handle(), &ai, &b->cb), "vkAllocateCommandBuffers",
+          dev_.name());
+    VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    check(vkCreateFence(dev_.handle(), &fi, nullptr, &b->fence), "vkCreateFence", dev_.name());
+  }
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  check(vkBeginCommandBuffer(b->cb, &bi), "vkBeginCommandBuffer", dev_.name());
+  // Work of earlier batches comes first: one barrier at the start of each batch.
+  barrier(b->cb, kWork, kAll);
+  open_ = std::move(b);
+  dispatches_ = 0;
+  pending_.clear();
+  return open_->cb;
+}
+
+void VulkanQueue::hazard(std::span<const Access> accesses) {
+  bool conflict = false;
+  for (const Access& a : accesses)
+    for (const Access& p : pending_)
+      if (a.buffer == p.buffer && a.begin < p.end && p.begin < a.end && (a.write || p.write))
+        conflict = true;
+  if (conflict) {
+    barrier(open_->cb, kWork, kAll);
+    pending_.clear();
+  }
+  pending_.insert(pending_.end(), accesses.begin(), accesses.end());
+}
+
+void VulkanQueue::submit() {
+  if (!open_) return;
+  // Results become visible to the host once the fence signals.
+  barrier(open_->cb, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+  check(vkEndCommandBuffer(open_->cb), "vkEndCommandBuffer", dev_.name());
+  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &open_->cb;
+  const VkResult r = vkQueueSubmit(dev_.vk_queue(), 1, &si, open_->fence);
+  if (r != VK_SUCCESS) {
+    // The batch is lost; drop it so that the queue stays usable, and report.
+    vkResetCommandBuffer(open_->cb, 0);
+    for (auto& [pool, a] : open_->frees) pool->free(a);
+    open_->frees.clear();
+    spare_.push_back(std::move(open_));
+    check(r, "vkQueueSubmit", dev_.name());
+  }
+  in_flight_.push_back(std::move(open_));
+}
+
+void VulkanQueue::reclaim(bool wait) {
+  while (!in_flight_.empty()) {
+    Batch& b = *in_flight_.front();
+    if (wait) {
+      check(vkWaitForFences(dev_.handle(), 1, &b.fence, VK_TRUE, UINT64_MAX), "vkWaitForFences",
+            dev_.name());
+    } else if (vkGetFenceStatus(dev_.handle(), b.fence) != VK_SUCCESS) {
+      break;
+    }
+    vkResetFences(dev_.handle(), 1, &b.fence);
+    vkResetCommandBuffer(b.cb, 0);
+    for (auto& [pool, a] : b.frees) pool->free(a);
+    b.frees.clear();
+    spare_.push_back(std::move(in_flight_.front()));
+    in_flight_.pop_front();
+  }
+}
+
+void VulkanQueue::wait_all() {
+  submit();
+  reclaim(true);
+}
+
+void VulkanQueue::dispatch(VkPipeline pipeline, std::span<const Binding> bindings,
+                           std::span<const std::int32_t> push,
+                           std::array<std::uint32_t, 3> groups) {
+  std::lock_guard lock(mu_);
+  VkCommandBuffer cb = recording();
+  std::array<VkDescriptorBufferInfo, Pipelines::kBindings> infos{};
+  std::array<VkWriteDescriptorSet, Pipelines::kBindings> writes{};
+  std::array<Access, Pipelines::kBindings> accesses{};
+  std::size_t tracked = 0;
+  for (std::size_t i = 0; i < bindings.size(); ++i) {
+    const Allocation& a = *bindings[i].alloc;
+    infos[i] = {a.block->buffer, a.offset, a.size};
+    writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    writes[i].dstBinding = static_cast<std::uint32_t>(i);
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+    if (bindings[i].used) accesses[tracked++] = range(a, 0, a.size, bindings[i].write);
+  }
+  hazard(std::span(accesses.data(), tracked));
+  Pipelines& p = dev_.pipelines();
+  vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
+  dev_.push_descriptor(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0,
+                       static_cast<std::uint32_t>(bindings.size()), writes.data());
+  vkCmdPushConstants(cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                     static_cast<std::uint32_t>(push.size_bytes()), push.data());
+  vkCmdDispatch(cb, groups[0], groups[1], groups[2]);
+  if (++dispatches_ >= kBatch) submit();
+}
+
+void VulkanQueue::write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  const Allocation& d = alloc_of(dst);
+  std::lock_guard lock(mu_);
+  reclaim(false);
+  if (d.host() && !open_ && in_flight_.empty()) {  // idle and host-visible: copy in place
+    std::memcpy(d.host() + offset, src, bytes);
+    return;
+  }
+  const Allocation s = dev_.staging_pool().allocate(bytes);
+  std::memcpy(s.host(), src, bytes);
+  VkCommandBuffer cb = recording();
+  const Access a[] = {range(d, offset, bytes, true)};
+  hazard(a);
+  const VkBufferCopy region{s.offset, d.offset + offset, bytes};
+  vkCmdCopyBuffer(cb, s.block->buffer, d.block->buffer, 1, &region);
+  open_->frees.emplace_back(&dev_.staging_pool(), s);
+}
+
+void VulkanQueue::read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) {
+  if (bytes == 0) return;
+  const Allocation& s = alloc_of(src);
+  std::lock_guard lock(mu_);
+  if (s.host()) {
+    wait_all();
+    std::memcpy(dst, s.host() + offset, bytes);
+    return;
+  }
+  const Allocation st = dev_.staging_pool().allocate(bytes);
+  try {
+    VkCommandBuffer cb = recording();
+    const Access a[] = {range(s, offset, bytes, false)};
+    hazard(a);
+    const VkBufferCopy region{s.offset + offset, st.offset, bytes};
+    vkCmdCopyBuffer(cb, s.block->buffer, st.block->buffer, 1, &region);
+    wait_all();
+  } catch (...) {
+    dev_.staging_pool().free(st);
+    throw;
+  }
+  std::memcpy(dst, st.host(), bytes);
+  dev_.staging_pool().free(st);
+}
+
+void VulkanQueue::copy(const Buffer& src, std::size_t src_offset, Buffer& dst,
+                       std::size_t dst_offset, std::size_t bytes) {
+  if (bytes == 0) return;
+  const Allocation &s = alloc_of(src), &d = alloc_of(dst);
+  std::lock_guard lock(mu_);
+  VkCommandBuffer cb = recording();
+  const Access a[] = {range(s, src_offset, bytes, false), range(d, dst_offset, bytes, true)};
+  hazard(a);
+  const VkBufferCopy region{s.offset + src_offset, d.offset + dst_offset, bytes};
+  vkCmdCopyBuffer(cb, s.block->buffer, d.block->buffer, 1, &region);
+}
+
+void VulkanQueue::synchronize() {
+  std::lock_guard lock(mu_);
+  wait_all();
+}
+
+void VulkanQueue::release(MemoryPool& pool, const Allocation& a) noexcept {
+  std::lock_guard lock(mu_);
+  if (open_) {
+    open_->frees.emplace_back(&pool, a);
+  } else if (!in_flight_.empty()) {
+    in_flight_.back()->frees.emplace_back(&pool, a);
+  } else {
+    pool.free(a);
+  }
+}
+
+}  // namespace tessera::vulkan

@@ -1,0 +1,234 @@
+// The Vulkan plugin: every physical device with a compute queue (Vulkan 1.2 and
+// VK_KHR_push_descriptor) as vulkan:N. Memory is suballocated from large blocks; dispatches are
+// recorded into command buffers and submitted in batches with barriers only between dependent
+// work; compute pipelines come from SPIR-V embedded at build time (shaders/) and are cached in a
+// VkPipelineCache under TESSERA_CACHE_DIR.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/device.h"
+#include "tessera/errors.h"
+
+namespace tessera::vulkan {
+
+// "VK_ERROR_OUT_OF_DEVICE_MEMORY (-2)".
+std::string result_name(VkResult r);
+// Throws BackendError "what on DEVICE failed: VK_..." unless r is VK_SUCCESS.
+void check(VkResult r, std::string_view what, std::string_view device);
+
+class VulkanDevice;
+
+// One VkDeviceMemory block bound to one VkBuffer over all of it; suballocations are ranges of it.
+struct MemoryBlock {
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceSize size = 0;
+  std::byte* mapped = nullptr;                 // set when the memory type is host-visible
+  std::map<VkDeviceSize, VkDeviceSize> free_;  // offset -> size of the free ranges
+};
+
+struct Allocation {
+  MemoryBlock* block = nullptr;
+  VkDeviceSize offset = 0;
+  VkDeviceSize size = 0;
+  std::byte* host() const { return block->mapped ? block->mapped + offset : nullptr; }
+};
+
+// Suballocates one memory type from blocks of kBlockSize (larger requests get a block of their
+// own). Thread-safe. allocate() throws OutOfMemory naming the device, the request and what is
+// free; free() returns a range at once (callers defer it until the GPU is done with it).
+class MemoryPool {
+ public:
+  MemoryPool(VulkanDevice& device, std::uint32_t type, std::uint32_t heap, bool mapped);
+  ~MemoryPool();
+  Allocation allocate(VkDeviceSize bytes);
+  void free(const Allocation& a) noexcept;
+  VkDeviceSize used() const;
+  VkDeviceSize heap_size() const { return heap_size_; }
+  bool mapped() const { return mapped_; }
+
+ private:
+  MemoryBlock* new_block(VkDeviceSize size);
+  VulkanDevice& device_;
+  std::uint32_t type_, heap_;
+  bool mapped_;
+  VkDeviceSize heap_size_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<MemoryBlock>> blocks_;
+  VkDeviceSize reserved_ = 0;  // bytes of all blocks
+  VkDeviceSize used_ = 0;      // bytes handed out
+};
+
+// A suballocation of the device pool; released after the work queued on it has finished.
+class VulkanBuffer final : public Buffer {
+ public:
+  VulkanBuffer(VulkanDevice& device, Allocation a, std::size_t size)
+      : device_(device), alloc_(a), size_(size) {}
+  ~VulkanBuffer() override;
+  std::size_t size() const override { return size_; }
+  void* host_ptr() const override { return alloc_.host(); }
+  const Allocation& allocation() const { return alloc_; }
+
+ private:
+  VulkanDevice& device_;
+  Allocation alloc_;
+  std::size_t size_;
+};
+
+class VulkanAllocator final : public Allocator {
+ public:
+  explicit VulkanAllocator(VulkanDevice& device) : device_(device) {}
+  std::unique_ptr<Buffer> allocate(std::size_t bytes) override;
+  MemoryInfo memory() const override;
+
+ private:
+  VulkanDevice& device_;
+};
+
+// A buffer range a command reads or writes (for the dependency tracking between commands).
+struct Access {
+  VkBuffer buffer;
+  VkDeviceSize begin, end;
+  bool write;
+};
+
+// One storage-buffer binding of a dispatch.
+struct Binding {
+  const Allocation* alloc;
+  bool write;
+  bool used = true;  // false: a placeholder for a binding the shader declares but does not use
+};
+
+// The device's queue. Commands are recorded into a command buffer that is submitted when a host
+// read or synchronize() needs it, or every kBatch dispatches; a memory barrier goes in only when
+// a command touches a range an earlier command of the batch wrote (or writes one it read).
+// Thread-safe (one lock around recording).
+class VulkanQueue final : public Queue {
+ public:
+  static constexpr int kBatch = 100;
+  explicit VulkanQueue(VulkanDevice& device);
+  ~VulkanQueue() override;
+  void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
+  void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
+  void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+            std::size_t bytes) override;
+  void synchronize() override;
+
+  void dispatch(VkPipeline pipeline, std::span<const Binding> bindings,
+                std::span<const std::int32_t> push, std::array<std::uint32_t, 3> groups);
+  // Frees |a| of |pool| once the work recorded so far has finished.
+  void release(MemoryPool& pool, const Allocation& a) noexcept;
+
+ private:
+  struct Batch {
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    VkFence fence = VK_NULL_HANDLE;
+    std::vector<std::pair<MemoryPool*, Allocation>> frees;  // after the fence
+  };
+  VkCommandBuffer recording();                    // begins a batch if none is open
+  void hazard(std::span<const Access> accesses);  // barrier if needed, then track
+  void submit();                                  // ends and submits the open batch
+  void wait_all();
+  void reclaim(bool wait);
+  VulkanDevice& dev_;
+  std::mutex mu_;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+  std::unique_ptr<Batch> open_;
+  int dispatches_ = 0;
+  std::deque<std::unique_ptr<Batch>> in_flight_;
+  std::vector<std::unique_ptr<Batch>> spare_;
+  std::vector<Access> pending_;  // accesses since the last barrier
+};
+
+// Shader modules and compute pipelines, created on first use and kept; the VkPipelineCache is
+// loaded from and saved to TESSERA_CACHE_DIR. Thread-safe.
+class Pipelines {
+ public:
+  explicit Pipelines(VulkanDevice& device);
+  ~Pipelines();
+  // The pipeline of shaders/|shader|.comp with specialization constants 0..N-1 = |spec|.
+  VkPipeline get(std::string_view shader, std::span<const std::int32_t> spec);
+  VkPipelineLayout layout() const { return layout_; }
+  VkDescriptorSetLayout set_layout() const { return set_layout_; }
+  static constexpr int kBindings = 4;
+  static constexpr int kPushWords = 32;
+
+ private:
+  void load_cache();
+  void save_cache();
+  VulkanDevice& dev_;
+  std::mutex mu_;
+  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
+  VkPipelineLayout layout_ = VK_NULL_HANDLE;
+  VkPipelineCache cache_ = VK_NULL_HANDLE;
+  std::string cache_name_;
+  std::map<std::string, VkShaderModule, std::less<>> modules_;
+  std::map<std::string, VkPipeline, std::less<>> pipelines_;
+};
+
+struct GemmTiles {
+  int tm, tn, tk, wm, wn;
+};
+
+using KernelTable = std::array<std::unique_ptr<Kernel>, kNumOps>;
+void register_kernels(KernelTable& table, VulkanDevice& device);
+
+class VulkanDevice final : public Device {
+ public:
+  VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int index);
+  ~VulkanDevice() override;
+  const DeviceInfo& info() const override { return info_; }
+  Allocator& allocator() override { return allocator_; }
+  Queue& queue() override { return *queue_; }
+  const Kernel* kernel(OpId op) const override {
+    return kernels_[static_cast<std::size_t>(op)].get();
+  }
+
+  // For the plugin's own classes.
+  const std::string& name() const { return id_; }  // "vulkan:0", known before bind()
+  VkDevice handle() const { return device_; }
+  VkPhysicalDevice physical() const { return physical_; }
+  VkQueue vk_queue() const { return vk_queue_; }
+  std::uint32_t queue_family() const { return family_; }
+  const VkPhysicalDeviceProperties& properties() const { return props_; }
+  MemoryPool& device_pool() { return *device_pool_; }
+  MemoryPool& staging_pool() { return *staging_pool_; }
+  VulkanQueue& vk_queue_object() { return *queue_; }
+  Pipelines& pipelines() { return *pipelines_; }
+  const GemmTiles& tiles() const { return tiles_; }
+  VkDeviceSize max_buffer() const { return max_buffer_; }
+  PFN_vkCmdPushDescriptorSetKHR push_descriptor = nullptr;
+  // Free bytes of |heap| as the driver reports them (VK_EXT_memory_budget), or -1 when unknown.
+  std::int64_t heap_budget(std::uint32_t heap) const;
+
+ private:
+  std::string id_;
+  VkPhysicalDevice physical_;
+  VkPhysicalDeviceProperties props_{};
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue vk_queue_ = VK_NULL_HANDLE;
+  std::uint32_t family_ = 0;
+  bool budget_ext_ = false;
+  VkDeviceSize max_buffer_ = 0;
+  GemmTiles tiles_{};
+  DeviceInfo info_;
+  VulkanAllocator allocator_{*this};
+  std::unique_ptr<MemoryPool> device_pool_, staging_pool_;
+  std::unique_ptr<VulkanQueue> queue_;
+  std::unique_ptr<Pipelines> pipelines_;
+  KernelTable kernels_;
+};
+
+}  // namespace tessera::vulkan
