@@ -1,8 +1,13 @@
 // tessera-bench: speed of Tessera's devices beside a peer measured in the same run, as JSON.
 //
 // Cases:
-//   sgemm     C = A B at square sizes on each device, beside OpenBLAS's cblas_sgemm called directly
-//             (with the core type the CPU plugin chose) on the same machine.
+//   sgemm     C = A B at square sizes on each device. CPU devices run beside OpenBLAS's cblas_sgemm
+//             called directly (with the core type the CPU plugin chose); GPUs beside PyTorch's
+//             torch.matmul on CUDA with TF32 off (bench/gpu_peer.py). A GPU run times 10 calls
+//             and one synchronize, as the peer does.
+//   add       element-wise add of two 2^26-element f32 tensors on GPUs (2^23 on CPU devices), in
+//             GB/s of bytes read and written, beside a device-to-device copy of the same length:
+//             PyTorch's on CUDA for GPUs, memcpy for CPU devices.
 //   dispatch  host overhead of one tiny op (add of two 1-element tensors, output allocated), in
 //             microseconds per op.
 //   train     training steps of the MLP (784-512-512-10) and the CNN of tessera-train at batch
@@ -15,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -76,32 +82,54 @@ struct OpenBlas {
   }
 };
 
-json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, std::mt19937& rng) {
+bool is_gpu(const Device& dev) {
+  return dev.info().type != DeviceType::cpu;
+}
+
+// Calls per timed run: GPUs queue several, so that one synchronize does not dominate.
+int calls_per_run(const Device& dev) {
+  return is_gpu(dev) ? 10 : 1;
+}
+
+json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, const json& gpu_peer,
+                 std::mt19937& rng) {
   const auto a = random_vector(static_cast<std::size_t>(n * n), rng);
   const auto b = random_vector(static_cast<std::size_t>(n * n), rng);
   const Tensor ta = Tensor::from(a, {n, n}, &dev), tb = Tensor::from(b, {n, n}, &dev);
   std::vector<float> out(static_cast<std::size_t>(n * n));
   const int ni = static_cast<int>(n);
+  const int calls = calls_per_run(dev);
   auto ours = [&] {
-    const Tensor c = matmul(ta, tb);
+    for (int i = 0; i < calls; ++i) (void)matmul(ta, tb);
     dev.queue().synchronize();
   };
+  const bool blas_peer = peer.sgemm && !is_gpu(dev);
   auto theirs = [&] {
     peer.sgemm(101, 111, 111, ni, ni, ni, 1.0f, a.data(), ni, b.data(), ni, 0.0f, out.data(), ni);
   };
   // Interleaved, so that both see the same machine state; the median of each is reported.
   ours();
-  if (peer.sgemm) theirs();
+  if (blas_peer) theirs();
   std::vector<double> t_ours, t_peer;
   for (int i = 0; i < repeat; ++i) {
-    t_ours.push_back(median_seconds(0, ours));
-    if (peer.sgemm) t_peer.push_back(median_seconds(0, theirs));
+    t_ours.push_back(median_seconds(0, ours) / calls);
+    if (blas_peer) t_peer.push_back(median_seconds(0, theirs));
   }
   const double flop = 2.0 * double(n) * double(n) * double(n);
   const double s = median(t_ours);
   json r{{"case", "sgemm"}, {"device", dev.id()},      {"m", n}, {"n", n}, {"k", n},
          {"seconds", s},    {"gflops", flop / s / 1e9}};
-  if (peer.sgemm) {
+  if (is_gpu(dev)) {
+    if (gpu_peer.contains("error")) r["peer_error"] = gpu_peer["error"];
+    for (const json& p : gpu_peer.value("sgemm", json::array()))
+      if (p["n"] == n) {
+        r["peer"] = fmt::format("{} torch.matmul fp32, TF32 off, on {}",
+                                gpu_peer["peer"].get<std::string>(),
+                                gpu_peer["device_name"].get<std::string>());
+        r["peer_gflops"] = p["gflops"];
+        r["ratio"] = p["seconds"].get<double>() / s;
+      }
+  } else if (blas_peer) {
     const double ps = median(t_peer);
     r["peer"] = fmt::format("OpenBLAS cblas_sgemm ({})", peer.core);
     r["peer_gflops"] = flop / ps / 1e9;
@@ -152,11 +180,9 @@ json bench_train(Device& dev, const std::string& model_name, std::int64_t batch,
           {"samples_per_second", static_cast<double>(batch * steps) / s}};
 }
 
-// Runs the PyTorch peer; its JSON, or {"error": why}.
-json run_train_peer(const std::string& python, const std::string& script, const std::string& device,
-                    int steps, int repeat) {
-  const std::string cmd = fmt::format("'{}' '{}' --device {} --steps {} --repeat {} 2>&1", python,
-                                      script, device, steps, repeat);
+// Runs a PyTorch peer script with |args|; its JSON, or {"error": why}.
+json run_peer(const std::string& python, const std::string& script, const std::string& args) {
+  const std::string cmd = fmt::format("'{}' '{}' {} 2>&1", python, script, args);
   std::string out;
   int status = -1;
   if (FILE* p = popen(cmd.c_str(), "r")) {
@@ -177,15 +203,57 @@ json run_train_peer(const std::string& python, const std::string& script, const 
                                 out.substr(out.rfind('\n') + 1))}};
 }
 
-// share/tessera/bench/train_peer.py next to an installed binary, else the source tree's.
-std::string default_peer_script() {
+// share/tessera/bench next to an installed binary, else the source tree's bench/.
+std::string default_peer_dir() {
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    const auto installed = exe.parent_path().parent_path() / "share/tessera/bench/train_peer.py";
-    if (std::filesystem::exists(installed, ec)) return installed.string();
+    const auto installed = exe.parent_path().parent_path() / "share/tessera/bench";
+    if (std::filesystem::exists(installed / "train_peer.py", ec)) return installed.string();
   }
-  return TESSERA_TRAIN_PEER_SCRIPT;
+  return TESSERA_BENCH_DIR;
+}
+
+constexpr std::int64_t kAddElementsGpu = std::int64_t{1} << 26;
+constexpr std::int64_t kAddElementsCpu = std::int64_t{1} << 23;
+
+// y = a + b over contiguous tensors: bytes read and written per second, beside a copy of the
+// same length (PyTorch's device-to-device copy for GPUs, memcpy for CPU devices).
+json bench_add(Device& dev, int repeat, const json& gpu_peer) {
+  const std::int64_t n = is_gpu(dev) ? kAddElementsGpu : kAddElementsCpu;
+  const Tensor a = Tensor::full({n}, 1.5, DType::f32, &dev);
+  const Tensor b = Tensor::full({n}, 2.5, DType::f32, &dev);
+  const int calls = calls_per_run(dev);
+  const double s = median_seconds(repeat,
+                                  [&] {
+                                    for (int i = 0; i < calls; ++i) (void)add(a, b);
+                                    dev.queue().synchronize();
+                                  }) /
+                   calls;
+  const double bytes = 12.0 * static_cast<double>(n);
+  json r{{"case", "add"},
+         {"device", dev.id()},
+         {"elements", n},
+         {"seconds", s},
+         {"gb_per_s", bytes / s / 1e9}};
+  if (is_gpu(dev)) {
+    if (gpu_peer.contains("error")) r["peer_error"] = gpu_peer["error"];
+    if (gpu_peer.contains("copy")) {
+      r["peer"] = fmt::format("{} device-to-device copy on {}", gpu_peer["peer"].get<std::string>(),
+                              gpu_peer["device_name"].get<std::string>());
+      r["peer_gb_per_s"] = gpu_peer["copy"]["gb_per_s"];
+      r["peer_add_gb_per_s"] = gpu_peer["add"]["gb_per_s"];
+      r["ratio"] = r["gb_per_s"].get<double>() / gpu_peer["copy"]["gb_per_s"].get<double>();
+    }
+  } else {
+    std::vector<float> src(static_cast<std::size_t>(n), 1.0f), dst(src.size());
+    const double ps = median_seconds(
+        repeat, [&] { std::memcpy(dst.data(), src.data(), src.size() * sizeof(float)); });
+    r["peer"] = "memcpy";
+    r["peer_gb_per_s"] = 8.0 * static_cast<double>(n) / ps / 1e9;
+    r["ratio"] = r["gb_per_s"].get<double>() / r["peer_gb_per_s"].get<double>();
+  }
+  return r;
 }
 
 std::string cpu_model() {
@@ -200,20 +268,20 @@ std::string cpu_model() {
 int main(int argc, char** argv) {
   po::options_description opts("Usage: tessera-bench [options]\n\nOptions");
   std::string device_list, cases, out_file, torch_python = "python3";
-  std::string peer_script = default_peer_script();
+  std::string peer_dir = default_peer_dir();
   std::vector<std::int64_t> sizes;
   int repeat = 5, train_steps = 20;
   opts.add_options()("help,h", "show this help")(
       "devices", po::value(&device_list)->default_value("all"), "comma list of devices, or all")(
-      "cases", po::value(&cases)->default_value("sgemm,dispatch"),
-      "comma list: sgemm, dispatch, train")("train-steps",
-                                            po::value(&train_steps)->default_value(train_steps),
-                                            "training steps per timed run of the train case")(
+      "cases", po::value(&cases)->default_value("sgemm,add,dispatch"),
+      "comma list: sgemm, add, dispatch, train")(
+      "train-steps", po::value(&train_steps)->default_value(train_steps),
+      "training steps per timed run of the train case")(
       "torch-python", po::value(&torch_python)->default_value(torch_python),
-      "the Python that runs the PyTorch peer of the train case")(
-      "peer-script", po::value(&peer_script)->default_value(peer_script),
-      "the PyTorch peer of the train case")("sizes", po::value(&sizes)->multitoken(),
-                                            "SGEMM sizes (default 512 1024 2048)")(
+      "the Python that runs the PyTorch peers (train_peer.py, gpu_peer.py)")(
+      "peer-dir", po::value(&peer_dir)->default_value(peer_dir),
+      "the directory of the PyTorch peer scripts")("sizes", po::value(&sizes)->multitoken(),
+                                                   "SGEMM sizes (default 512 1024 2048)")(
       "repeat", po::value(&repeat)->default_value(5),
       "timed runs per case (the median is reported)")("output,o", po::value(&out_file),
                                                       "also write the JSON to this file");
@@ -245,13 +313,27 @@ int main(int argc, char** argv) {
     const bool do_sgemm = cases.find("sgemm") != std::string::npos;
     const bool do_dispatch = cases.find("dispatch") != std::string::npos;
     const bool do_train = cases.find("train") != std::string::npos;
+    const bool do_add = cases.find("add") != std::string::npos;
     std::map<std::string, json> peers;  // by PyTorch device
+    json gpu_peer;                      // run once, when a GPU is measured
     for (Device* d : targets) {
+      if (is_gpu(*d) && (do_sgemm || do_add) && gpu_peer.is_null()) {
+        std::string size_list;
+        for (std::int64_t n : sizes)
+          size_list += fmt::format("{}{}", size_list.empty() ? "" : ",", n);
+        gpu_peer = run_peer(torch_python, peer_dir + "/gpu_peer.py",
+                            fmt::format("--sizes {} --elements {} --repeat {}", size_list,
+                                        kAddElementsGpu, repeat));
+      }
       if (do_sgemm)
         for (std::int64_t n : sizes) {
-          results.push_back(bench_sgemm(*d, n, repeat, peer, rng));
+          results.push_back(bench_sgemm(*d, n, repeat, peer, gpu_peer, rng));
           std::cerr << results.back().dump() << "\n";
         }
+      if (do_add) {
+        results.push_back(bench_add(*d, repeat, gpu_peer));
+        std::cerr << results.back().dump() << "\n";
+      }
       if (do_dispatch) {
         results.push_back(bench_dispatch(*d, repeat));
         std::cerr << results.back().dump() << "\n";
@@ -261,8 +343,9 @@ int main(int argc, char** argv) {
         for (const char* model : {"mlp", "cnn"}) {
           json r = bench_train(*d, model, 128, train_steps, repeat, rng);
           if (!peers.count(torch_device))
-            peers[torch_device] =
-                run_train_peer(torch_python, peer_script, torch_device, train_steps, repeat);
+            peers[torch_device] = run_peer(torch_python, peer_dir + "/train_peer.py",
+                                           fmt::format("--device {} --steps {} --repeat {}",
+                                                       torch_device, train_steps, repeat));
           const json& torch_peer = peers[torch_device];
           if (torch_peer.contains("error")) {
             r["peer_error"] = torch_peer["error"];

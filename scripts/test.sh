@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
 echo "== build (Release, -Werror)"
-TESSERA_EXTRA_PACKAGES="python3-venv" scripts/setup.sh build -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON
+TESSERA_EXTRA_PACKAGES="python3-venv" scripts/setup.sh build -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON -DTESSERA_REQUIRE_GPU_PLUGINS=ON
 
 # The checkpoint test reads a checkpoint with Python's safetensors library (PyPI, test-only): a
 # virtual environment in .venv-test, made once.
@@ -22,7 +22,8 @@ ctest --test-dir build --output-on-failure --parallel "$jobs"
 
 if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== build (ASan + UBSan)"
-  scripts/setup.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DTESSERA_WERROR=ON -DTESSERA_SANITIZE=address,undefined
+  scripts/setup.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DTESSERA_WERROR=ON -DTESSERA_SANITIZE=address,undefined \
+    -DTESSERA_REQUIRE_GPU_PLUGINS=ON
   echo "== tests (ASan + UBSan)"
   ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure --parallel "$jobs"
 fi

@@ -82,12 +82,14 @@ void binary(const OpCall& call, Context& ctx) {
   const Tensor& y = call.out(0);
   const common::Strided g = common::strided(y.shape(), call.inputs.data(), 2);
   if (common::is_flat(g, 2)) {
-    Launch(ctx, "elementwise.cl", fmt::format("{}_flat", kName))
+    const bool vec4 = g.n % 4 == 0 && call.in(0).offset() % 4 == 0 &&
+                      call.in(1).offset() % 4 == 0 && y.offset() % 4 == 0;
+    Launch(ctx, "elementwise.cl", fmt::format("{}_flat{}", kName, vec4 ? "4" : ""))
         .tensor(call.in(0))
         .tensor(call.in(1))
         .tensor(y)
         .arg(g.n)
-        .run(g.n);
+        .run(vec4 ? g.n / 4 : g.n);
     return;
   }
   Launch(ctx, "elementwise.cl", kName)

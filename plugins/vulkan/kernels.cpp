@@ -102,7 +102,9 @@ void binary(const OpCall& call, VulkanDevice& dev) {
   const Tensor& y = call.out(0);
   const common::Strided g = common::strided(y.shape(), call.inputs.data(), 2);
   const bool flat = common::is_flat(g, 2);
-  Dispatch(dev, "binary", {kOp, flat ? 0 : 1})
+  const bool vec4 = flat && g.n % 4 == 0 && call.in(0).offset() % 4 == 0 &&
+                    call.in(1).offset() % 4 == 0 && y.offset() % 4 == 0;
+  Dispatch(dev, "binary", {kOp, flat ? 0 : 1, vec4})
       .in(call.in(0))
       .in(call.in(1))
       .out(y)
@@ -114,7 +116,7 @@ void binary(const OpCall& call, VulkanDevice& dev) {
       .words(g.shape)
       .words(g.stride[0])
       .words(g.stride[1])
-      .run(g.n);
+      .run(vec4 ? g.n / 4 : g.n);
 }
 
 template <int kOp>

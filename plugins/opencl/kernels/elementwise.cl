@@ -31,6 +31,14 @@ typedef struct {
     if (i >= n) return;                                                                         \
     const float x = a[oa + i], z = b[ob + i];                                                   \
     y[oy + i] = EXPR;                                                                           \
+  }                                                                                             \
+  /* n and the offsets are multiples of 4: each work-item does 4 elements */                    \
+  __kernel void NAME##_flat4(__global const float* a, int oa, __global const float* b, int ob,  \
+                             __global float* y, int oy, int n) {                                \
+    const int i = get_global_id(0);                                                             \
+    if (i >= n / 4) return;                                                                     \
+    const float4 x = vload4(i, a + oa), z = vload4(i, b + ob);                                  \
+    vstore4(EXPR, i, y + oy);                                                                   \
   }
 
 BINARY(add, x + z)
