@@ -4,7 +4,9 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -121,5 +123,55 @@ TEST(TesseraBench, WritesJsonWithThePeerAndTheDispatchOverhead) {
   }
   EXPECT_EQ(sgemm, 2);
   EXPECT_EQ(dispatch, 1);
+  int add = 0;
+  for (const json& res : j["results"])
+    if (res["case"] == "add") {
+      ++add;
+      EXPECT_GT(res["gb_per_s"].get<double>(), 0);
+      EXPECT_EQ(res["peer"], "memcpy");
+    }
+  EXPECT_EQ(add, 1);
   EXPECT_EQ(run("", std::string(BENCH_BIN) + " --devices nosuch").code, 1);
+}
+
+TEST(TesseraDevices, ACorruptCompiledCodeCacheIsIgnoredAndRewritten) {
+  // The GPU plugins cache pipelines (vulkan) and program binaries (opencl) under
+  // TESSERA_CACHE_DIR. Every entry is then overwritten with garbage or cut short: the next run
+  // must ignore them (a debug log), compute the same results, and write good entries back.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / fmt::format("tessera-cache-{}", ::getpid());
+  fs::remove_all(dir);
+  const std::string env = "TESSERA_CACHE_DIR=" + dir.string();
+  const std::string check = std::string(DEVICES_BIN) + " --check --json";
+  const Result first = run(env, check);
+  ASSERT_EQ(first.code, 0) << first.err;
+  std::map<std::string, std::uintmax_t> sizes;
+  for (const auto& e : fs::directory_iterator(dir)) sizes[e.path().filename()] = e.file_size();
+  const json devices = json::parse(first.out)["devices"];
+  for (const char* plugin : {"opencl", "vulkan"}) {
+    if (!find(devices, "plugin", plugin)) continue;
+    bool cached = false;
+    for (const auto& [name, size] : sizes) cached |= name.starts_with(plugin);
+    EXPECT_TRUE(cached) << "no cache entry written for " << plugin;
+  }
+  int i = 0;
+  for (const auto& [name, size] : sizes) {
+    std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+    if (i++ % 2)
+      out << "not a cache entry";
+    else
+      out << std::string(static_cast<std::size_t>(size / 2), '\x7f');
+  }
+  const Result second = run(env + " TESSERA_LOG_LEVEL=debug", check);
+  ASSERT_EQ(second.code, 0) << second.err;
+  for (const json& c : json::parse(second.out)["check"])
+    EXPECT_TRUE(c["ok"].get<bool>()) << c.dump();
+  for (const auto& [name, size] : sizes) {  // rewritten whole: each starts with its magic again
+    std::ifstream in(dir / name, std::ios::binary);
+    std::string head(23, '\0');
+    in.read(head.data(), 23);
+    EXPECT_TRUE(head.starts_with("tessera-vkcache1") || head.starts_with("TESSERA-OPENCL-BINARY"))
+        << name << " was not rewritten";
+  }
+  fs::remove_all(dir);
 }

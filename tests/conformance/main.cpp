@@ -8,6 +8,7 @@
 #include "cases.h"
 #include "tessera/errors.h"
 #include "tessera/runtime.h"
+#include "tessera/tensor.h"
 
 namespace tessera::conformance {
 
@@ -47,6 +48,35 @@ void register_cases(const char* group, Device* d, const std::vector<Case>& cases
                             [d, c]() -> ::testing::Test* { return new CaseTest(*d, c); });
 }
 
+// A request beyond the device's memory raises OutOfMemory naming the device; the device goes on.
+void register_out_of_memory(Device* d) {
+  const std::string suite = "Device/" + d->id();
+  ::testing::RegisterTest(
+      suite.c_str(), "OutOfMemoryNamesTheDeviceAndItGoesOn", nullptr, nullptr, __FILE__, __LINE__,
+      [d]() -> ::testing::Test* {
+        struct T : ::testing::Test {
+          Device* dev;
+          explicit T(Device* x) : dev(x) {}
+          void TestBody() override {
+            if (dev->info().type == DeviceType::cpu && dev->plugin_name() == "cpu")
+              GTEST_SKIP() << "host memory overcommits; the CPU plugin's limit is the OS's";
+            const std::int64_t elements =
+                static_cast<std::int64_t>(dev->allocator().memory().total / 4) + (1ll << 28);
+            try {
+              (void)Tensor::empty({elements}, DType::f32, dev);
+              ADD_FAILURE() << "allocating " << elements << " floats succeeded";
+            } catch (const OutOfMemory& e) {
+              EXPECT_NE(std::string(e.what()).find(dev->id()), std::string::npos) << e.what();
+              EXPECT_EQ(e.device(), dev->id());
+            }
+            const Tensor t = Tensor::full({1000}, 2.0, DType::f32, dev);
+            EXPECT_EQ(t.to_vector<float>()[999], 2.0f);
+          }
+        };
+        return new T(d);
+      });
+}
+
 }  // namespace
 }  // namespace tessera::conformance
 
@@ -66,6 +96,7 @@ int main(int argc, char** argv) {
   for (Device* d : devs) {
     conformance::register_cases("Ops", d, conformance::op_cases());
     conformance::register_cases("Grad", d, conformance::grad_cases());
+    conformance::register_out_of_memory(d);
   }
   return RUN_ALL_TESTS();
 }
