@@ -25,5 +25,5 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   scripts/setup.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DTESSERA_WERROR=ON -DTESSERA_SANITIZE=address,undefined \
     -DTESSERA_REQUIRE_GPU_PLUGINS=ON
   echo "== tests (ASan + UBSan)"
-  ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure --parallel "$jobs"
+  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" ctest --test-dir build-asan --output-on-failure --parallel "$jobs"
 fi
