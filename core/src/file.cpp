@@ -74,12 +74,8 @@ void write_file_atomic(const fs::path& path, std::string_view contents) {
   });
 }
 
-fs::path cache_directory() {
-  return cache_directory_from_env();
-}
-
 std::optional<std::string> cache_read(std::string_view name) {
-  const fs::path path = cache_directory() / name;
+  const fs::path path = cache_directory_from_env() / name;
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   std::ostringstream s;
@@ -93,7 +89,7 @@ std::optional<std::string> cache_read(std::string_view name) {
 
 void cache_write(std::string_view name, std::string_view contents) noexcept {
   try {
-    write_file_atomic(cache_directory() / name, contents);
+    write_file_atomic(cache_directory_from_env() / name, contents);
   } catch (const std::exception& e) {
     log().debug("not caching {}: {}", name, e.what());
   }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <string>
 
@@ -87,6 +88,61 @@ inline Conv conv(const Shape& x, const Shape& w, const Shape& y, const Conv2dAtt
   auto i = [](std::int64_t v) { return static_cast<std::int32_t>(v); };
   return {i(x[0]), i(x[1]), i(x[2]),    i(x[3]),    i(w[0]), i(w[2]), i(w[3]),
           i(y[2]), i(y[3]), a.stride_h, a.stride_w, a.pad_h, a.pad_w};
+}
+
+// The geometry of a conv2d, conv2d_backward_input or conv2d_backward_weight call, whichever of
+// its tensors holds x, w and y.
+inline Conv conv(const OpCall& call) {
+  const Conv2dAttrs& a = call.attr<Conv2dAttrs>();
+  switch (call.op) {
+    case OpId::conv2d:  // (x, w) -> y
+      return conv(call.in(0).shape(), call.in(1).shape(), call.out(0).shape(), a);
+    case OpId::conv2d_backward_input:  // (gy, w) -> dx
+      return conv(call.out(0).shape(), call.in(1).shape(), call.in(0).shape(), a);
+    default:  // conv2d_backward_weight: (gy, x) -> dw
+      return conv(call.in(1).shape(), call.out(0).shape(), call.in(0).shape(), a);
+  }
+}
+
+// One max_pool2d or max_pool2d_backward: |planes| = n * c planes of h x w pooled to ho x wo.
+struct Pool {
+  std::int32_t planes, h, w, ho, wo, kh, kw, sh, sw;
+};
+
+inline Pool pool(const OpCall& call) {
+  const bool forward = call.op == OpId::max_pool2d;  // (x) -> y, else (gy, indices) -> dx
+  const Shape& x = forward ? call.in(0).shape() : call.out(0).shape();
+  const Shape& y = forward ? call.out(0).shape() : call.in(0).shape();
+  const Pool2dAttrs& a = call.attr<Pool2dAttrs>();
+  auto i = [](std::int64_t v) { return static_cast<std::int32_t>(v); };
+  return {i(x[0] * x[1]), i(x[2]),   i(x[3]),    i(y[2]),   i(y[3]),
+          a.kernel_h,     a.kernel_w, a.stride_h, a.stride_w};
+}
+
+// The SGD variant as the kernels take it: 0 no momentum, 1 first step (v = d), 2 momentum; plus 4
+// for Nesterov.
+inline std::int32_t sgd_mode(const SgdAttrs& a) {
+  return (a.momentum == 0 ? 0 : a.first_step ? 1 : 2) | (a.nesterov ? 4 : 0);
+}
+
+// The scalar of add_scalar and mul_scalar; 0 for the other element-wise ops.
+inline float scalar_of(const OpCall& call) {
+  return call.op == OpId::add_scalar || call.op == OpId::mul_scalar
+             ? static_cast<float>(call.attr<ScalarAttrs>().value)
+             : 0.0f;
+}
+
+// Whether extents and element offsets are all multiples of 4, so that kernels may read and write
+// them as 4-float vectors.
+inline bool multiples_of_4(std::initializer_list<std::int64_t> values) {
+  for (const std::int64_t v : values)
+    if (v % 4) return false;
+  return true;
+}
+
+// Sums over long contiguous rows use a work-group per row instead of an invocation per line.
+inline bool group_per_row(const AxisSplit& sp) {
+  return sp.inner == 1 && sp.n >= 256;
 }
 
 // The per-step constants of one Adam update, as the CPU plugin computes them.

@@ -17,22 +17,11 @@ struct Context {
   const Blas& blas;
 };
 
-using KernelFn = void (*)(const OpCall& call, Context& ctx);
-using SupportFn = Support (*)(const OpCall& call);
-
-// A kernel that runs synchronously on the calling thread (and the pool): the CPU queue has nothing
+// CPU kernels run synchronously on the calling thread (and the pool): the CPU queue has nothing
 // to wait for, so launch() returns with the outputs written.
-class CpuKernel final : public Kernel {
- public:
-  CpuKernel(Context& ctx, KernelFn fn, SupportFn rule) : ctx_(ctx), fn_(fn), supports_(rule) {}
-  Support supports(const OpCall& call) const override { return supports_(call); }
-  void launch(const OpCall& call, Queue&) const override { fn_(call, ctx_); }
-
- private:
-  Context& ctx_;
-  KernelFn fn_;
-  SupportFn supports_;
-};
+using CpuKernel = FunctionKernel<Context>;
+using KernelFn = CpuKernel::LaunchFn;
+using SupportFn = CpuKernel::SupportFn;
 
 using KernelTable = std::array<std::unique_ptr<Kernel>, kNumOps>;
 

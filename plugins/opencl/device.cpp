@@ -142,7 +142,10 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   if (max_wg < 256 || local < 24 * 1024) tiles = {32, 32, 16, 4, 4};
   info_.properties.push_back({"gemm tiles", fmt::format("{}x{}x{}, {}x{} per work-item", tiles.tm,
                                                         tiles.tn, tiles.tk, tiles.wm, tiles.wn)});
-  ctx_ = std::make_unique<Context>(Context{*programs_, *queue_, tiles, max_wg, launch_mu_});
+  std::size_t reduce_wg = 256;
+  while (reduce_wg > max_wg) reduce_wg /= 2;
+  ctx_ = std::make_unique<Context>(Context{*programs_, *queue_, tiles, reduce_wg,
+                                           fmt::format("-DREDUCE_WG={}", reduce_wg), launch_mu_});
   register_kernels(kernels_, *ctx_);
   log().debug("{}: {} ({}), {} compute units", id, info_.name, platform_name, info_.compute_units);
 }

@@ -18,7 +18,7 @@ class Launch {
   Launch(Context& ctx, std::string_view file, std::string_view name,
          const std::string& options = {})
       : ctx_(ctx), lock_(ctx.launch_mu) {
-    kernel_ = ctx.programs.kernel(file, name, options.empty() ? default_options() : options);
+    kernel_ = ctx.programs.kernel(file, name, options.empty() ? ctx.options : options);
   }
   // A tensor: its buffer and element offset.
   Launch& tensor(const Tensor& t) {
@@ -43,12 +43,6 @@ class Launch {
                                  local.data(), 0, nullptr, nullptr),
           "clEnqueueNDRangeKernel", ctx_.queue.id());
   }
-  std::string default_options() const { return fmt::format("-DREDUCE_WG={}", reduce_wg(ctx_)); }
-  static std::size_t reduce_wg(const Context& ctx) {
-    std::size_t wg = 256;
-    while (wg > ctx.max_work_group) wg /= 2;
-    return wg;
-  }
 
  private:
   static std::size_t round_up(std::int64_t n, std::size_t m) {
@@ -60,20 +54,7 @@ class Launch {
   cl_uint index_ = 0;
 };
 
-using LaunchFn = void (*)(const OpCall& call, Context& ctx);
-using SupportFn = Support (*)(const OpCall& call);
-
-class OpenclKernel final : public Kernel {
- public:
-  OpenclKernel(Context& ctx, LaunchFn fn, SupportFn rule) : ctx_(ctx), fn_(fn), rule_(rule) {}
-  Support supports(const OpCall& call) const override { return rule_(call); }
-  void launch(const OpCall& call, Queue&) const override { fn_(call, ctx_); }
-
- private:
-  Context& ctx_;
-  LaunchFn fn_;
-  SupportFn rule_;
-};
+using OpenclKernel = FunctionKernel<Context>;
 
 // --- element-wise ---
 
@@ -82,8 +63,8 @@ void binary(const OpCall& call, Context& ctx) {
   const Tensor& y = call.out(0);
   const common::Strided g = common::strided(y.shape(), call.inputs.data(), 2);
   if (common::is_flat(g, 2)) {
-    const bool vec4 = g.n % 4 == 0 && call.in(0).offset() % 4 == 0 &&
-                      call.in(1).offset() % 4 == 0 && y.offset() % 4 == 0;
+    const bool vec4 =
+        common::multiples_of_4({g.n, call.in(0).offset(), call.in(1).offset(), y.offset()});
     Launch(ctx, "elementwise.cl", fmt::format("{}_flat{}", kName, vec4 ? "4" : ""))
         .tensor(call.in(0))
         .tensor(call.in(1))
@@ -102,14 +83,11 @@ void binary(const OpCall& call, Context& ctx) {
 
 template <const char* kName>
 void unary(const OpCall& call, Context& ctx) {
-  const float s = call.op == OpId::add_scalar || call.op == OpId::mul_scalar
-                      ? static_cast<float>(call.attr<ScalarAttrs>().value)
-                      : 0.0f;
   Launch(ctx, "elementwise.cl", kName)
       .tensor(call.in(0))
       .tensor(call.out(0))
       .arg(numel_of(call.out(0)))
-      .arg(s)
+      .arg(common::scalar_of(call))
       .run(call.out(0).numel());
 }
 
@@ -156,13 +134,13 @@ template <bool kMean>
 void sum(const OpCall& call, Context& ctx) {
   const auto sp = common::split_axis(call.in(0).shape(), call.attr<AxisAttrs>().axis);
   const float scale = kMean ? 1.0f / static_cast<float>(sp.n) : 1.0f;
-  if (sp.inner == 1 && sp.n >= 256) {  // long contiguous rows: a work-group per row
+  if (common::group_per_row(sp)) {
     Launch(ctx, "reduce.cl", "sum_rows")
         .tensor(call.in(0))
         .tensor(call.out(0))
         .arg(sp.n)
         .arg(scale)
-        .run_groups(sp.outer, Launch::reduce_wg(ctx));
+        .run_groups(sp.outer, ctx.reduce_wg);
     return;
   }
   Launch(ctx, "reduce.cl", "sum_lines")
@@ -206,7 +184,7 @@ void cross_entropy(const OpCall& call, Context& ctx) {
       .tensor(call.out(0))
       .arg(rows)
       .arg(c)
-      .run_groups(1, Launch::reduce_wg(ctx));
+      .run_groups(1, ctx.reduce_wg);
 }
 
 void cross_entropy_backward(const OpCall& call, Context& ctx) {
@@ -231,8 +209,7 @@ void matmul(const OpCall& call, Context& ctx) {
   const auto k = static_cast<std::int32_t>(at.trans_a ? a.dim(0) : a.dim(1));
   if (m == 0 || n == 0) return;
   const GemmTiles& t = ctx.tiles;
-  const bool vec = m % 4 == 0 && n % 4 == 0 && k % 4 == 0 && a.offset() % 4 == 0 &&
-                   b.offset() % 4 == 0 && y.offset() % 4 == 0;
+  const bool vec = common::multiples_of_4({m, n, k, a.offset(), b.offset(), y.offset()});
   const std::string options = fmt::format(
       "-DTM={} -DTN={} -DTK={} -DWM={} -DWN={} -DVEC={} -DTRANS_A={} -DTRANS_B={}", t.tm, t.tn,
       t.tk, t.wm, t.wn, vec ? 4 : 1, at.trans_a ? 1 : 0, at.trans_b ? 1 : 0);
@@ -250,72 +227,41 @@ void matmul(const OpCall& call, Context& ctx) {
       .enqueue({gx, gy}, {lx, ly});
 }
 
-void conv2d(const OpCall& call, Context& ctx) {
-  const auto g = common::conv(call.in(0).shape(), call.in(1).shape(), call.out(0).shape(),
-                              call.attr<Conv2dAttrs>());
-  Launch(ctx, "nn.cl", "conv2d")
+// conv2d and conv2d_backward_input: one work-item per output element.
+template <const char* kName>
+void conv(const OpCall& call, Context& ctx) {
+  Launch(ctx, "nn.cl", kName)
       .tensor(call.in(0))
       .tensor(call.in(1))
       .tensor(call.out(0))
-      .arg(g)
-      .run(call.out(0).numel());
-}
-
-void conv2d_backward_input(const OpCall& call, Context& ctx) {
-  const auto g = common::conv(call.out(0).shape(), call.in(1).shape(), call.in(0).shape(),
-                              call.attr<Conv2dAttrs>());
-  Launch(ctx, "nn.cl", "conv2d_backward_input")
-      .tensor(call.in(0))
-      .tensor(call.in(1))
-      .tensor(call.out(0))
-      .arg(g)
+      .arg(common::conv(call))
       .run(call.out(0).numel());
 }
 
 void conv2d_backward_weight(const OpCall& call, Context& ctx) {
-  const auto g = common::conv(call.in(1).shape(), call.out(0).shape(), call.in(0).shape(),
-                              call.attr<Conv2dAttrs>());
   Launch(ctx, "nn.cl", "conv2d_backward_weight")
       .tensor(call.in(0))
       .tensor(call.in(1))
       .tensor(call.out(0))
-      .arg(g)
-      .run_groups(call.out(0).numel(), Launch::reduce_wg(ctx));
-}
-
-struct Pool {
-  std::int32_t planes, h, w, ho, wo, kh, kw, sh, sw;
-};
-
-Pool pool(const Shape& x, const Shape& y, const Pool2dAttrs& a) {
-  return {static_cast<std::int32_t>(x[0] * x[1]),
-          static_cast<std::int32_t>(x[2]),
-          static_cast<std::int32_t>(x[3]),
-          static_cast<std::int32_t>(y[2]),
-          static_cast<std::int32_t>(y[3]),
-          a.kernel_h,
-          a.kernel_w,
-          a.stride_h,
-          a.stride_w};
+      .arg(common::conv(call))
+      .run_groups(call.out(0).numel(), ctx.reduce_wg);
 }
 
 void max_pool2d(const OpCall& call, Context& ctx) {
-  const Pool g = pool(call.in(0).shape(), call.out(0).shape(), call.attr<Pool2dAttrs>());
   Launch(ctx, "nn.cl", "max_pool2d")
       .tensor(call.in(0))
       .tensor(call.out(0))
       .tensor(call.out(1))
-      .arg(g)
+      .arg(common::pool(call))
       .run(call.out(0).numel());
 }
 
 void max_pool2d_backward(const OpCall& call, Context& ctx) {
-  const Pool g = pool(call.out(0).shape(), call.in(0).shape(), call.attr<Pool2dAttrs>());
   Launch(ctx, "nn.cl", "max_pool2d_backward")
       .tensor(call.in(0))
       .tensor(call.in(1))
       .tensor(call.out(0))
-      .arg(g)
+      .arg(common::pool(call))
       .run(call.out(0).numel());
 }
 
@@ -323,7 +269,6 @@ void max_pool2d_backward(const OpCall& call, Context& ctx) {
 
 void sgd_update(const OpCall& call, Context& ctx) {
   const auto& a = call.attr<SgdAttrs>();
-  const int mode = (a.momentum == 0 ? 0 : a.first_step ? 1 : 2) | (a.nesterov ? 4 : 0);
   Launch(ctx, "optim.cl", "sgd_update")
       .tensor(call.in(0))
       .tensor(call.out(0))
@@ -333,7 +278,7 @@ void sgd_update(const OpCall& call, Context& ctx) {
       .arg(a.momentum)
       .arg(a.dampening)
       .arg(a.weight_decay)
-      .arg(mode)
+      .arg(common::sgd_mode(a))
       .run(call.out(0).numel());
 }
 
@@ -360,11 +305,13 @@ constexpr char kAdd[] = "add", kSub[] = "sub", kMul[] = "mul", kDiv[] = "div_";
 constexpr char kAddScalar[] = "add_scalar", kMulScalar[] = "mul_scalar", kRelu[] = "relu";
 constexpr char kExp[] = "exp_", kLog[] = "log_", kTanh[] = "tanh_", kSigmoid[] = "sigmoid";
 constexpr char kMax[] = "max_lines", kArgmax[] = "argmax_lines", kSoftmax[] = "softmax_lines";
+constexpr char kConv[] = "conv2d", kConvInput[] = "conv2d_backward_input";
 
 }  // namespace
 
 void register_kernels(KernelTable& t, Context& ctx) {
-  auto set = [&](OpId op, LaunchFn fn, SupportFn rule = common::gpu_supports) {
+  auto set = [&](OpId op, OpenclKernel::LaunchFn fn,
+                 OpenclKernel::SupportFn rule = common::gpu_supports) {
     t[static_cast<std::size_t>(op)] = std::make_unique<OpenclKernel>(ctx, fn, rule);
   };
   set(OpId::matmul, matmul);
@@ -388,8 +335,8 @@ void register_kernels(KernelTable& t, Context& ctx) {
   set(OpId::log_softmax, lines<kSoftmax>);
   set(OpId::cross_entropy, cross_entropy);
   set(OpId::cross_entropy_backward, cross_entropy_backward);
-  set(OpId::conv2d, conv2d);
-  set(OpId::conv2d_backward_input, conv2d_backward_input);
+  set(OpId::conv2d, conv<kConv>);
+  set(OpId::conv2d_backward_input, conv<kConvInput>);
   set(OpId::conv2d_backward_weight, conv2d_backward_weight);
   set(OpId::max_pool2d, max_pool2d);
   set(OpId::max_pool2d_backward, max_pool2d_backward);

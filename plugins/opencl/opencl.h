@@ -124,7 +124,8 @@ struct Context {
   Programs& programs;
   OpenclQueue& queue;
   GemmTiles tiles;
-  std::size_t max_work_group;
+  std::size_t reduce_wg;  // work-group size of the reduction kernels: a power of two <= 256
+  std::string options;    // build options of every program but gemm.cl ("-DREDUCE_WG=256")
   std::mutex& launch_mu;  // clSetKernelArg + enqueue of one cl_kernel are not thread-safe
 };
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "../common/backend.h"
 #include "opencl.h"
 #include "tessera/log.h"
 #include "tessera/plugin.h"
@@ -17,7 +18,7 @@ std::string platform_name(cl_platform_id p) {
   return buf;
 }
 
-class OpenclBackend final : public Backend {
+class OpenclBackend final : public common::OwningBackend {
  public:
   OpenclBackend() {
     cl_uint count = 0;
@@ -57,16 +58,7 @@ class OpenclBackend final : public Backend {
                     : fmt::format("no usable OpenCL device: {}", fmt::join(failures, "; "));
   }
 
-  std::vector<Device*> devices() override {
-    std::vector<Device*> out;
-    for (auto& d : devices_) out.push_back(d.get());
-    return out;
-  }
-  std::string status() const override { return status_; }
-
  private:
-  std::vector<std::unique_ptr<OpenclDevice>> devices_;
-  std::string status_;
 };
 
 std::unique_ptr<Backend> create_backend() {

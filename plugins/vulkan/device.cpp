@@ -102,7 +102,7 @@ std::uint32_t pick_staging(const VkPhysicalDeviceMemoryProperties& mp) {
 
 }  // namespace
 
-VulkanDevice::VulkanDevice(VkInstance, VkPhysicalDevice physical, int index)
+VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
     : id_(fmt::format("vulkan:{}", index)), physical_(physical) {
   vkGetPhysicalDeviceProperties(physical, &props_);
   if (VK_API_VERSION_MINOR(props_.apiVersion) < 2 && VK_API_VERSION_MAJOR(props_.apiVersion) == 1)

@@ -65,7 +65,6 @@ class Dispatch {
     const VkPipeline p = dev_.pipelines().get(shader_, spec_);
     dev_.vk_queue_object().dispatch(p, bindings_, push_, g);
   }
-  std::vector<std::int32_t>& spec() { return spec_; }
 
  private:
   Dispatch& bind(const Tensor& t, bool write) {
@@ -80,20 +79,7 @@ class Dispatch {
   std::vector<std::int32_t> push_;
 };
 
-using LaunchFn = void (*)(const OpCall& call, VulkanDevice& dev);
-
-class VulkanKernel final : public Kernel {
- public:
-  VulkanKernel(VulkanDevice& dev, LaunchFn fn, Support (*rule)(const OpCall&))
-      : dev_(dev), fn_(fn), rule_(rule) {}
-  Support supports(const OpCall& call) const override { return rule_(call); }
-  void launch(const OpCall& call, Queue&) const override { fn_(call, dev_); }
-
- private:
-  VulkanDevice& dev_;
-  LaunchFn fn_;
-  Support (*rule_)(const OpCall&);
-};
+using VulkanKernel = FunctionKernel<VulkanDevice>;
 
 // --- element-wise ---
 
@@ -102,8 +88,8 @@ void binary(const OpCall& call, VulkanDevice& dev) {
   const Tensor& y = call.out(0);
   const common::Strided g = common::strided(y.shape(), call.inputs.data(), 2);
   const bool flat = common::is_flat(g, 2);
-  const bool vec4 = flat && g.n % 4 == 0 && call.in(0).offset() % 4 == 0 &&
-                    call.in(1).offset() % 4 == 0 && y.offset() % 4 == 0;
+  const bool vec4 =
+      flat && common::multiples_of_4({g.n, call.in(0).offset(), call.in(1).offset(), y.offset()});
   Dispatch(dev, "binary", {kOp, flat ? 0 : 1, vec4})
       .in(call.in(0))
       .in(call.in(1))
@@ -124,16 +110,18 @@ void unary(const OpCall& call, VulkanDevice& dev) {
   const Tensor& y = call.out(0);
   const bool backward = kOp == 7;  // relu_backward: (grad, x)
   const Tensor& x = backward ? call.in(1) : call.in(0);
-  const float s = call.op == OpId::add_scalar || call.op == OpId::mul_scalar
-                      ? static_cast<float>(call.attr<ScalarAttrs>().value)
-                      : 0.0f;
   Dispatch d(dev, "unary", {kOp});
   d.in(x).out(y);
   if (backward)
     d.in(call.in(0));
   else
     d.unused();
-  d.offset(x).offset(y).i(y.numel()).f(s).i(backward ? offset_of(call.in(0)) : 0).run(y.numel());
+  d.offset(x)
+      .offset(y)
+      .i(y.numel())
+      .f(common::scalar_of(call))
+      .i(backward ? offset_of(call.in(0)) : 0)
+      .run(y.numel());
 }
 
 void copy(const OpCall& call, VulkanDevice& dev) {
@@ -186,7 +174,7 @@ void lines(const OpCall& call, VulkanDevice& dev) {
   const Tensor& y = call.out(0);
   const auto sp = common::split_axis(x.shape(), call.attr<AxisAttrs>().axis);
   const float scale = call.op == OpId::mean ? 1.0f / static_cast<float>(sp.n) : 1.0f;
-  if (kOp == 0 && sp.inner == 1 && sp.n >= 256) {  // long contiguous rows: a group per row
+  if (kOp == 0 && common::group_per_row(sp)) {
     Dispatch(dev, "reduce_group", {0})
         .in(x)
         .out(y)
@@ -251,8 +239,7 @@ void matmul(const OpCall& call, VulkanDevice& dev) {
   const std::int64_t m = y.dim(0), n = y.dim(1), k = at.trans_a ? a.dim(0) : a.dim(1);
   if (m == 0 || n == 0) return;
   const GemmTiles& t = dev.tiles();
-  const bool vec = m % 4 == 0 && n % 4 == 0 && k % 4 == 0 && a.offset() % 4 == 0 &&
-                   b.offset() % 4 == 0 && y.offset() % 4 == 0;
+  const bool vec = common::multiples_of_4({m, n, k, a.offset(), b.offset(), y.offset()});
   Dispatch d(dev, "gemm", {t.tm / t.wm, t.tm, t.tn, t.tk, t.wm, t.wn, vec, at.trans_a, at.trans_b},
              t.tn / t.wn);
   d.in(a).in(b).out(y).offset(a).offset(b).offset(y).i(m).i(n).i(k);
@@ -260,10 +247,10 @@ void matmul(const OpCall& call, VulkanDevice& dev) {
           static_cast<std::uint32_t>((m + t.tm - 1) / t.tm), 1});
 }
 
-void conv2d(const OpCall& call, VulkanDevice& dev) {
-  const auto g = common::conv(call.in(0).shape(), call.in(1).shape(), call.out(0).shape(),
-                              call.attr<Conv2dAttrs>());
-  Dispatch(dev, "nn", {0})
+// kOp 0 conv2d (x, w) -> y, 1 conv2d_backward_input (gy, w) -> dx: one invocation per output.
+template <int kOp>
+void conv(const OpCall& call, VulkanDevice& dev) {
+  Dispatch(dev, "nn", {kOp})
       .in(call.in(0))
       .in(call.in(1))
       .out(call.out(0))
@@ -271,28 +258,11 @@ void conv2d(const OpCall& call, VulkanDevice& dev) {
       .offset(call.in(0))
       .offset(call.in(1))
       .offset(call.out(0))
-      .words(g)
-      .run(call.out(0).numel());
-}
-
-void conv2d_backward_input(const OpCall& call, VulkanDevice& dev) {
-  const auto g = common::conv(call.out(0).shape(), call.in(1).shape(), call.in(0).shape(),
-                              call.attr<Conv2dAttrs>());
-  Dispatch(dev, "nn", {1})
-      .in(call.in(0))
-      .in(call.in(1))
-      .out(call.out(0))
-      .unused()
-      .offset(call.in(0))
-      .offset(call.in(1))
-      .offset(call.out(0))
-      .words(g)
+      .words(common::conv(call))
       .run(call.out(0).numel());
 }
 
 void conv2d_backward_weight(const OpCall& call, VulkanDevice& dev) {
-  const auto g = common::conv(call.in(1).shape(), call.out(0).shape(), call.in(0).shape(),
-                              call.attr<Conv2dAttrs>());
   Dispatch(dev, "reduce_group", {2})
       .in(call.in(1))
       .out(call.out(0))
@@ -300,22 +270,11 @@ void conv2d_backward_weight(const OpCall& call, VulkanDevice& dev) {
       .offset(call.in(1))
       .offset(call.out(0))
       .offset(call.in(0))
-      .words(g)
+      .words(common::conv(call))
       .groups(call.out(0).numel());
 }
 
-struct Pool {
-  std::int32_t planes, h, w, ho, wo, kh, kw, sh, sw;
-};
-
-Pool pool(const Shape& x, const Shape& y, const Pool2dAttrs& a) {
-  auto i = [](std::int64_t v) { return static_cast<std::int32_t>(v); };
-  return {i(x[0] * x[1]), i(x[2]),    i(x[3]),    i(y[2]),   i(y[3]),
-          a.kernel_h,     a.kernel_w, a.stride_h, a.stride_w};
-}
-
 void max_pool2d(const OpCall& call, VulkanDevice& dev) {
-  const Pool g = pool(call.in(0).shape(), call.out(0).shape(), call.attr<Pool2dAttrs>());
   Dispatch(dev, "nn", {2})
       .in(call.in(0))
       .unused()
@@ -324,12 +283,11 @@ void max_pool2d(const OpCall& call, VulkanDevice& dev) {
       .offset(call.in(0))
       .offset(call.out(1))
       .offset(call.out(0))
-      .words(g)
+      .words(common::pool(call))
       .run(call.out(0).numel());
 }
 
 void max_pool2d_backward(const OpCall& call, VulkanDevice& dev) {
-  const Pool g = pool(call.out(0).shape(), call.in(0).shape(), call.attr<Pool2dAttrs>());
   Dispatch(dev, "nn", {3})
       .in(call.in(0))
       .in(call.in(1))
@@ -338,7 +296,7 @@ void max_pool2d_backward(const OpCall& call, VulkanDevice& dev) {
       .offset(call.in(0))
       .offset(call.in(1))
       .offset(call.out(0))
-      .words(g)
+      .words(common::pool(call))
       .run(call.out(0).numel());
 }
 
@@ -346,7 +304,6 @@ void max_pool2d_backward(const OpCall& call, VulkanDevice& dev) {
 
 void sgd_update(const OpCall& call, VulkanDevice& dev) {
   const auto& a = call.attr<SgdAttrs>();
-  const int mode = (a.momentum == 0 ? 0 : a.first_step ? 1 : 2) | (a.nesterov ? 4 : 0);
   Dispatch(dev, "optim", {0})
       .in(call.in(0))
       .out(call.out(0))
@@ -360,7 +317,7 @@ void sgd_update(const OpCall& call, VulkanDevice& dev) {
       .f(a.momentum)
       .f(a.dampening)
       .f(a.weight_decay)
-      .i(mode)
+      .i(common::sgd_mode(a))
       .run(call.out(0).numel());
 }
 
@@ -389,7 +346,8 @@ void adam_update(const OpCall& call, VulkanDevice& dev) {
 }  // namespace
 
 void register_kernels(KernelTable& t, VulkanDevice& dev) {
-  auto set = [&](OpId op, LaunchFn fn, Support (*rule)(const OpCall&) = common::gpu_supports) {
+  auto set = [&](OpId op, VulkanKernel::LaunchFn fn,
+                 VulkanKernel::SupportFn rule = common::gpu_supports) {
     t[static_cast<std::size_t>(op)] = std::make_unique<VulkanKernel>(dev, fn, rule);
   };
   set(OpId::matmul, matmul);
@@ -414,8 +372,8 @@ void register_kernels(KernelTable& t, VulkanDevice& dev) {
   set(OpId::max_backward, lines<5>);
   set(OpId::cross_entropy, cross_entropy);
   set(OpId::cross_entropy_backward, cross_entropy_backward);
-  set(OpId::conv2d, conv2d);
-  set(OpId::conv2d_backward_input, conv2d_backward_input);
+  set(OpId::conv2d, conv<0>);
+  set(OpId::conv2d_backward_input, conv<1>);
   set(OpId::conv2d_backward_weight, conv2d_backward_weight);
   set(OpId::max_pool2d, max_pool2d);
   set(OpId::max_pool2d_backward, max_pool2d_backward);

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "../common/backend.h"
 #include "tessera/log.h"
 #include "tessera/plugin.h"
 #include "vulkan.h"
@@ -10,7 +11,7 @@
 namespace tessera::vulkan {
 namespace {
 
-class VulkanBackend final : public Backend {
+class VulkanBackend final : public common::OwningBackend {
  public:
   VulkanBackend() {
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
@@ -34,8 +35,7 @@ class VulkanBackend final : public Backend {
     std::vector<std::string> skipped;
     for (VkPhysicalDevice pd : physical) {
       try {
-        devices_.push_back(
-            std::make_unique<VulkanDevice>(instance_, pd, static_cast<int>(devices_.size())));
+        devices_.push_back(std::make_unique<VulkanDevice>(pd, static_cast<int>(devices_.size())));
       } catch (const Error& e) {
         skipped.push_back(e.what());
         log().warn("vulkan: skipping a device: {}", e.what());
@@ -47,17 +47,8 @@ class VulkanBackend final : public Backend {
                     : fmt::format("no usable Vulkan device: {}", fmt::join(skipped, "; "));
   }
 
-  std::vector<Device*> devices() override {
-    std::vector<Device*> out;
-    for (auto& d : devices_) out.push_back(d.get());
-    return out;
-  }
-  std::string status() const override { return status_; }
-
  private:
   VkInstance instance_ = VK_NULL_HANDLE;
-  std::vector<std::unique_ptr<VulkanDevice>> devices_;
-  std::string status_;
 };
 
 std::unique_ptr<Backend> create_backend() {

@@ -187,7 +187,7 @@ void register_kernels(KernelTable& table, VulkanDevice& device);
 
 class VulkanDevice final : public Device {
  public:
-  VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int index);
+  VulkanDevice(VkPhysicalDevice physical, int index);
   ~VulkanDevice() override;
   const DeviceInfo& info() const override { return info_; }
   Allocator& allocator() override { return allocator_; }

@@ -128,29 +128,23 @@ Ref reduce_ref(const Vec& x, int axis, F f) {
 
 std::vector<Case> tessera::conformance::op_cases() {
   std::vector<Case> c;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      c.push_back({fmt::format("matmul_{}{}", ta ? "T" : "N", tb ? "T" : "N"), OpId::matmul,
-                   [=](Device& d) {
-                     const std::int64_t m = 37, n = 53, k = 29;
-                     const Vec a = randn(m * k), b = randn(k * n);
-                     const Tensor ta_ = on(d, a, ta ? Shape{k, m} : Shape{m, k});
-                     const Tensor tb_ = on(d, b, tb ? Shape{n, k} : Shape{k, n});
-                     expect_close(matmul(ta_, tb_, ta, tb).to_vector<float>(),
-                                  ref_matmul(a, b, m, n, k, ta, tb));
-                   }});
-  // Extents and offsets that are multiples of 4 take the GPU plugins' vectorised GEMM paths.
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      c.push_back({fmt::format("matmul_aligned_{}{}", ta ? "T" : "N", tb ? "T" : "N"), OpId::matmul,
-                   [=](Device& d) {
-                     const std::int64_t m = 68, n = 132, k = 36;
-                     const Vec a = randn(m * k), b = randn(k * n);
-                     const Tensor ta_ = on(d, a, ta ? Shape{k, m} : Shape{m, k});
-                     const Tensor tb_ = on(d, b, tb ? Shape{n, k} : Shape{k, n});
-                     expect_close(matmul(ta_, tb_, ta, tb).to_vector<float>(),
-                                  ref_matmul(a, b, m, n, k, ta, tb));
-                   }});
+  // Odd extents, and extents that are multiples of 4 (the GPU plugins' vectorised GEMM paths).
+  struct Size {
+    const char* prefix;
+    std::int64_t m, n, k;
+  };
+  for (const Size sz : {Size{"matmul_", 37, 53, 29}, Size{"matmul_aligned_", 68, 132, 36}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        c.push_back({fmt::format("{}{}{}", sz.prefix, ta ? "T" : "N", tb ? "T" : "N"), OpId::matmul,
+                     [=](Device& d) {
+                       const auto [prefix, m, n, k] = sz;
+                       const Vec a = randn(m * k), b = randn(k * n);
+                       const Tensor ta_ = on(d, a, ta ? Shape{k, m} : Shape{m, k});
+                       const Tensor tb_ = on(d, b, tb ? Shape{n, k} : Shape{k, n});
+                       expect_close(matmul(ta_, tb_, ta, tb).to_vector<float>(),
+                                    ref_matmul(a, b, m, n, k, ta, tb));
+                     }});
   c.push_back({"matmul_transposed_view", OpId::matmul, [](Device& d) {
                  const Vec a = randn(8 * 5), b = randn(8 * 6);
                  const Tensor y = matmul(on(d, a, {8, 5}).t(), on(d, b, {8, 6}));

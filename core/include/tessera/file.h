@@ -22,14 +22,11 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
 void replace_file_atomic(const std::filesystem::path& path,
                          const std::function<void(const std::filesystem::path& tmp)>& write);
 
-// The cache directory: TESSERA_CACHE_DIR, else $XDG_CACHE_HOME/tessera, else ~/.cache/tessera.
-std::filesystem::path cache_directory();
-
 // Compiled device code (Vulkan pipeline caches, OpenCL program binaries) is cached best effort:
-// entries are files under cache_directory() whose |name| the plugin builds from everything the
-// contents depend on. cache_read returns nullopt when the entry is missing or unreadable;
-// cache_write writes atomically (a crash never leaves a torn entry; concurrent writers of one
-// name are safe) and never throws: a failure is logged at debug level and the cache skipped.
+// entries are files under cache_directory_from_env() (config.h) whose |name| the plugin builds from
+// everything the contents depend on. cache_read returns nullopt when the entry is missing or
+// unreadable; cache_write writes atomically (a crash never leaves a torn entry; concurrent writers
+// of one name are safe) and never throws: a failure is logged at debug level and the cache skipped.
 // The caller must still validate what it reads (a foreign or corrupt entry).
 std::optional<std::string> cache_read(std::string_view name);
 void cache_write(std::string_view name, std::string_view contents) noexcept;

@@ -36,4 +36,23 @@ class Kernel {
   virtual void launch(const OpCall& call, Queue& queue) const = 0;
 };
 
+// A kernel made of two plain functions over a plugin's own context (thread pool, queue, device):
+// the shape most plugins' kernels take. |Context| must outlive the kernel; |run| enqueues on
+// the context's own queue, so the Queue argument of launch() is not passed on.
+template <typename Context>
+class FunctionKernel final : public Kernel {
+ public:
+  using LaunchFn = void (*)(const OpCall& call, Context& ctx);
+  using SupportFn = Support (*)(const OpCall& call);
+  FunctionKernel(Context& ctx, LaunchFn run, SupportFn rule)
+      : ctx_(ctx), launch_(run), rule_(rule) {}
+  Support supports(const OpCall& call) const override { return rule_(call); }
+  void launch(const OpCall& call, Queue&) const override { launch_(call, ctx_); }
+
+ private:
+  Context& ctx_;
+  LaunchFn launch_;
+  SupportFn rule_;
+};
+
 }  // namespace tessera
