@@ -163,9 +163,9 @@ void VulkanQueue::write(Buffer& dst, std::size_t offset, const void* src, std::s
     std::memcpy(d.host() + offset, src, bytes);
     return;
   }
+  VkCommandBuffer cb = recording();
   const Allocation s = dev_.staging_pool().allocate(bytes);
   std::memcpy(s.host(), src, bytes);
-  VkCommandBuffer cb = recording();
   const Access a[] = {range(d, offset, bytes, true)};
   hazard(a);
   const VkBufferCopy region{s.offset, d.offset + offset, bytes};
