@@ -164,8 +164,8 @@ TEST(TesseraDevices, ACorruptCompiledCodeCacheIsIgnoredAndRewritten) {
   }
   const Result second = run(env + " TESSERA_LOG_LEVEL=debug", check);
   ASSERT_EQ(second.code, 0) << second.err;
-  for (const json& c : json::parse(second.out)["check"])
-    EXPECT_TRUE(c["ok"].get<bool>()) << c.dump();
+  const json checked = json::parse(second.out);  // outlives the loop over its "check" list
+  for (const json& c : checked["check"]) EXPECT_TRUE(c["ok"].get<bool>()) << c.dump();
   for (const auto& [name, size] : sizes) {  // rewritten whole: each starts with its magic again
     std::ifstream in(dir / name, std::ios::binary);
     std::string head(23, '\0');
