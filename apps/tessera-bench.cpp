@@ -69,26 +69,48 @@ std::vector<float> random_vector(std::size_t n, std::mt19937& rng) {
 }
 
 // OpenBLAS's cblas_sgemm, opened like the CPU plugin opens it (one shared instance per process).
+// The peer runs as an application calling OpenBLAS would: with OpenBLAS's own threads, one per
+// core. The CPU plugin sets OpenBLAS back to one thread before its own GEMMs (openblas.h).
 struct OpenBlas {
   using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
                          float, float*, int);
   Sgemm sgemm = nullptr;
+  void (*set_num_threads)(int) = nullptr;
   std::string core;
   OpenBlas() {
     void* h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
     if (!h) return;
     sgemm = reinterpret_cast<Sgemm>(dlsym(h, "cblas_sgemm"));
+    set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(h, "openblas_set_num_threads"));
     if (auto f = reinterpret_cast<char* (*)()>(dlsym(h, "openblas_get_corename"))) core = f();
   }
+  void use_all_cores() const {
+    if (set_num_threads)
+      set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  }
 };
+
+std::vector<std::string> split(const std::string& list, char sep) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t end = std::min(list.find(sep, at), list.size());
+    out.push_back(list.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
 
 bool is_gpu(const Device& dev) {
   return dev.info().type != DeviceType::cpu;
 }
 
-// Calls per timed run: GPUs queue several, so that one synchronize does not dominate.
-int calls_per_run(const Device& dev) {
-  return is_gpu(dev) ? 10 : 1;
+// Calls per timed run: GPUs queue several, so that one synchronize does not dominate; on CPUs
+// small GEMMs are repeated up to about 2^28 multiply-adds, so that a run is not one call's
+// latency (the peer runs the same number).
+int calls_per_run(const Device& dev, std::int64_t n) {
+  if (is_gpu(dev)) return 10;
+  return static_cast<int>(std::clamp<std::int64_t>((std::int64_t{1} << 28) / (n * n * n), 1, 64));
 }
 
 json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, const json& gpu_peer,
@@ -98,14 +120,16 @@ json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, const 
   const Tensor ta = Tensor::from(a, {n, n}, &dev), tb = Tensor::from(b, {n, n}, &dev);
   std::vector<float> out(static_cast<std::size_t>(n * n));
   const int ni = static_cast<int>(n);
-  const int calls = calls_per_run(dev);
+  const int calls = calls_per_run(dev, n);
   auto ours = [&] {
     for (int i = 0; i < calls; ++i) (void)matmul(ta, tb);
     dev.queue().synchronize();
   };
   const bool blas_peer = peer.sgemm && !is_gpu(dev);
   auto theirs = [&] {
-    peer.sgemm(101, 111, 111, ni, ni, ni, 1.0f, a.data(), ni, b.data(), ni, 0.0f, out.data(), ni);
+    peer.use_all_cores();
+    for (int i = 0; i < calls; ++i)
+      peer.sgemm(101, 111, 111, ni, ni, ni, 1.0f, a.data(), ni, b.data(), ni, 0.0f, out.data(), ni);
   };
   // Interleaved, so that both see the same machine state; the median of each is reported.
   ours();
@@ -113,7 +137,7 @@ json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, const 
   std::vector<double> t_ours, t_peer;
   for (int i = 0; i < repeat; ++i) {
     t_ours.push_back(median_seconds(0, ours) / calls);
-    if (blas_peer) t_peer.push_back(median_seconds(0, theirs));
+    if (blas_peer) t_peer.push_back(median_seconds(0, theirs) / calls);
   }
   const double flop = 2.0 * double(n) * double(n) * double(n);
   const double s = median(t_ours);
@@ -223,7 +247,7 @@ json bench_add(Device& dev, int repeat, const json& gpu_peer) {
   const std::int64_t n = is_gpu(dev) ? kAddElementsGpu : kAddElementsCpu;
   const Tensor a = Tensor::full({n}, 1.5, DType::f32, &dev);
   const Tensor b = Tensor::full({n}, 2.5, DType::f32, &dev);
-  const int calls = calls_per_run(dev);
+  const int calls = is_gpu(dev) ? 10 : 1;
   const double s = median_seconds(repeat,
                                   [&] {
                                     for (int i = 0; i < calls; ++i) (void)add(a, b);
@@ -267,7 +291,7 @@ std::string cpu_model() {
 
 int main(int argc, char** argv) {
   po::options_description opts("Usage: tessera-bench [options]\n\nOptions");
-  std::string device_list, cases, out_file, torch_python = "python3";
+  std::string device_list, cases, out_file, torch_python = "python3", models = "mlp,cnn";
   std::string peer_dir = default_peer_dir();
   std::vector<std::int64_t> sizes;
   int repeat = 5, train_steps = 20;
@@ -277,6 +301,8 @@ int main(int argc, char** argv) {
       "comma list: sgemm, add, dispatch, train")(
       "train-steps", po::value(&train_steps)->default_value(train_steps),
       "training steps per timed run of the train case")(
+      "models", po::value(&models)->default_value(models),
+      "comma list of the train case's models: mlp, cnn")(
       "torch-python", po::value(&torch_python)->default_value(torch_python),
       "the Python that runs the PyTorch peers (train_peer.py, gpu_peer.py)")(
       "peer-dir", po::value(&peer_dir)->default_value(peer_dir),
@@ -290,6 +316,9 @@ int main(int argc, char** argv) {
     po::store(po::parse_command_line(argc, argv, opts), vm);
     po::notify(vm);
     if (repeat < 1) throw po::error("--repeat must be at least 1");
+    for (const std::string& m : split(models, ','))
+      if (m != "mlp" && m != "cnn")
+        throw po::error(fmt::format("--models: unknown model '{}' (mlp, cnn)", m));
   } catch (const po::error& e) {
     std::cerr << "tessera-bench: " << e.what() << "\n" << opts;
     return 2;
@@ -340,12 +369,13 @@ int main(int argc, char** argv) {
       }
       if (do_train) {
         const std::string torch_device = d->info().type == DeviceType::cpu ? "cpu" : "cuda";
-        for (const char* model : {"mlp", "cnn"}) {
+        for (const std::string& model : split(models, ',')) {
           json r = bench_train(*d, model, 128, train_steps, repeat, rng);
           if (!peers.count(torch_device))
-            peers[torch_device] = run_peer(torch_python, peer_dir + "/train_peer.py",
-                                           fmt::format("--device {} --steps {} --repeat {}",
-                                                       torch_device, train_steps, repeat));
+            peers[torch_device] =
+                run_peer(torch_python, peer_dir + "/train_peer.py",
+                         fmt::format("--device {} --steps {} --repeat {} --models {}", torch_device,
+                                     train_steps, repeat, models));
           const json& torch_peer = peers[torch_device];
           if (torch_peer.contains("error")) {
             r["peer_error"] = torch_peer["error"];

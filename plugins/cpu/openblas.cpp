@@ -52,6 +52,9 @@ Blas load() {
         "OpenBLAS could not be loaded ({}); install it with apt-get install libopenblas0", errors));
   b.sgemm = reinterpret_cast<decltype(b.sgemm)>(dlsym(handle, "cblas_sgemm"));
   if (!b.sgemm) throw std::runtime_error(fmt::format("{} has no cblas_sgemm", b.library));
+  b.set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(handle, "openblas_set_num_threads"));
+  b.get_num_threads = reinterpret_cast<int (*)()>(dlsym(handle, "openblas_get_num_threads"));
+  keep_blas_single_threaded(b);
   using StrFn = char* (*)();
   if (auto core = reinterpret_cast<StrFn>(dlsym(handle, "openblas_get_corename"))) b.core = core();
   if (auto config = reinterpret_cast<StrFn>(dlsym(handle, "openblas_get_config"))) {
@@ -64,6 +67,10 @@ Blas load() {
 }
 
 }  // namespace
+
+void keep_blas_single_threaded(const Blas& b) {
+  if (b.set_num_threads && b.get_num_threads && b.get_num_threads() != 1) b.set_num_threads(1);
+}
 
 const Blas& blas() {
   static const Blas b = load();
