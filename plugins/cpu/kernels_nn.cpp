@@ -9,14 +9,15 @@
 namespace tessera::cpu {
 namespace {
 
-// Row-major C[m,n] = alpha * op(A) op(B) + beta * C, with A and B stored as given.
-void gemm(const Blas& blas, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
-          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
-          std::int64_t ldc) {
+// Row-major C[m,n] = op(A) op(B) + beta * C, with A and B stored as given, on the calling thread.
+void gemm_serial(const Blas& blas, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                 const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+                 float* c, std::int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    if (beta == 0)
-      for (std::int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j)
+        c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
     return;
   }
   blas.sgemm(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, static_cast<int>(m),
@@ -26,13 +27,42 @@ void gemm(const Blas& blas, bool ta, bool tb, std::int64_t m, std::int64_t n, st
              static_cast<int>(std::max<std::int64_t>(ldc, 1)));
 }
 
+// Below this many multiply-adds a GEMM runs on one thread: cutting it costs more than it saves.
+constexpr std::int64_t kGemmSplitMacs = 1 << 18;
+
+// The same GEMM cut into one block of C per pool thread: column blocks (multiples of 16, the
+// width of an AVX-512 register) when C is wider than tall, row blocks otherwise. Each block is a
+// single-threaded OpenBLAS call on its own thread.
+void gemm(Context& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+          std::int64_t ldc) {
+  keep_blas_single_threaded(ctx.blas);
+  const std::int64_t span = std::max(m, n);
+  const int parts = static_cast<int>(std::min<std::int64_t>(ctx.pool.size(), span / 16));
+  if (parts < 2 || m * n * k < kGemmSplitMacs || ctx.pool.in_worker()) {
+    gemm_serial(ctx.blas, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const std::int64_t block = ((span + parts - 1) / parts + 15) & ~std::int64_t{15};
+  ctx.pool.run_parts(parts, [&](int p, int) {
+    const std::int64_t lo = std::min(span, p * block), len = std::min(span - lo, block);
+    if (len <= 0) return;
+    if (n >= m)  // columns [lo, lo + len) of C: columns of op(B)
+      gemm_serial(ctx.blas, ta, tb, m, len, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta,
+                  c + lo, ldc);
+    else  // rows [lo, lo + len) of C: rows of op(A)
+      gemm_serial(ctx.blas, ta, tb, len, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta,
+                  c + lo * ldc, ldc);
+  });
+}
+
 void matmul_kernel(const OpCall& call, Context& ctx) {
   const auto& at = call.attr<MatmulAttrs>();
   const Tensor &a = call.in(0), &b = call.in(1);
   const std::int64_t m = call.out(0).dim(0), n = call.out(0).dim(1);
   const std::int64_t k = at.trans_a ? a.dim(0) : a.dim(1);
-  gemm(ctx.blas, at.trans_a, at.trans_b, m, n, k, in_ptr(call, 0), a.dim(1), in_ptr(call, 1),
-       b.dim(1), 0.0f, out_ptr(call, 0), n);
+  gemm(ctx, at.trans_a, at.trans_b, m, n, k, in_ptr(call, 0), a.dim(1), in_ptr(call, 1), b.dim(1),
+       0.0f, out_ptr(call, 0), n);
 }
 
 // The geometry of one conv2d call.
@@ -41,11 +71,8 @@ struct Conv {
   int sh, sw, ph, pw;
   std::int64_t rows() const { return c * kh * kw; }  // im2col rows
   std::int64_t plane() const { return ho * wo; }     // output pixels per sample
-  // Samples per chunk so that one im2col buffer stays within 64 MiB.
-  std::int64_t chunk() const {
-    const std::int64_t per_sample = rows() * plane() * 4;
-    return std::clamp<std::int64_t>((64 << 20) / std::max<std::int64_t>(per_sample, 1), 1, n);
-  }
+  std::int64_t in_size() const { return c * h * w; }
+  std::int64_t out_size() const { return o * plane(); }
 };
 
 Conv geometry(const Shape& x, const Shape& w, const Shape& y, const Conv2dAttrs& a) {
@@ -53,106 +80,83 @@ Conv geometry(const Shape& x, const Shape& w, const Shape& y, const Conv2dAttrs&
           y[2], y[3], a.stride_h, a.stride_w, a.pad_h, a.pad_w};
 }
 
-float* scratch(std::vector<float>& v, std::int64_t size) {
+// Per-thread scratch, grown on demand and kept: one sample's im2col matrix.
+float* scratch(std::int64_t size) {
+  thread_local std::vector<float> v;
   if (static_cast<std::int64_t>(v.size()) < size) v.resize(static_cast<std::size_t>(size));
   return v.data();
 }
 
-// col[(c,kh,kw), b*P + p] = x[b0 + b, c, ...] for samples [b0, b0 + nb).
-void im2col(const Conv& g, const float* x, std::int64_t b0, std::int64_t nb, float* col,
-            ThreadPool& pool) {
-  const std::int64_t ld = nb * g.plane();
-  pool.parallel_for(nb * g.c, 1, [&](std::int64_t s, std::int64_t e) {
-    for (std::int64_t bc = s; bc < e; ++bc) {
-      const std::int64_t b = bc / g.c, c = bc % g.c;
-      const float* src = x + ((b0 + b) * g.c + c) * g.h * g.w;
-      for (std::int64_t i = 0; i < g.kh; ++i)
-        for (std::int64_t j = 0; j < g.kw; ++j) {
-          float* dst = col + ((c * g.kh + i) * g.kw + j) * ld + b * g.plane();
-          for (std::int64_t oh = 0; oh < g.ho; ++oh) {
-            const std::int64_t ih = oh * g.sh - g.ph + i;
-            float* row = dst + oh * g.wo;
-            if (ih < 0 || ih >= g.h) {
-              std::fill_n(row, g.wo, 0.0f);
-              continue;
-            }
-            const float* srow = src + ih * g.w;
-            if (g.sw == 1) {  // one contiguous run between the padding
-              const std::int64_t lo = std::clamp<std::int64_t>(g.pw - j, 0, g.wo);
-              const std::int64_t hi = std::clamp<std::int64_t>(g.w + g.pw - j, lo, g.wo);
-              std::fill(row, row + lo, 0.0f);
-              std::memcpy(row + lo, srow + lo - g.pw + j,
-                          static_cast<std::size_t>(hi - lo) * sizeof(float));
-              std::fill(row + hi, row + g.wo, 0.0f);
-              continue;
-            }
-            for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-              const std::int64_t iw = ow * g.sw - g.pw + j;
-              row[ow] = (iw >= 0 && iw < g.w) ? srow[iw] : 0.0f;
-            }
+// Columns [lo, hi) of output row |oh|'s input row for kernel column |j| lie inside the image;
+// the rest read padding. Stride 1 only.
+struct Run {
+  std::int64_t lo, hi;
+};
+Run inside(const Conv& g, std::int64_t j) {
+  const std::int64_t lo = std::clamp<std::int64_t>(g.pw - j, 0, g.wo);
+  return {lo, std::clamp<std::int64_t>(g.w + g.pw - j, lo, g.wo)};
+}
+
+// col[(c,i,j), p] = x[c, oh*sh - ph + i, ow*sw - pw + j] for one sample (zero in the padding).
+void im2col(const Conv& g, const float* x, float* col) {
+  for (std::int64_t c = 0; c < g.c; ++c)
+    for (std::int64_t i = 0; i < g.kh; ++i)
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        float* dst = col + ((c * g.kh + i) * g.kw + j) * g.plane();
+        const Run run = inside(g, j);
+        for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+          const std::int64_t ih = oh * g.sh - g.ph + i;
+          float* row = dst + oh * g.wo;
+          if (ih < 0 || ih >= g.h) {
+            std::fill_n(row, g.wo, 0.0f);
+            continue;
+          }
+          const float* src = x + (c * g.h + ih) * g.w;
+          if (g.sw == 1) {  // one contiguous run between the padding
+            std::fill(row, row + run.lo, 0.0f);
+            std::copy(src + run.lo - g.pw + j, src + run.hi - g.pw + j, row + run.lo);
+            std::fill(row + run.hi, row + g.wo, 0.0f);
+            continue;
+          }
+          for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+            const std::int64_t iw = ow * g.sw - g.pw + j;
+            row[ow] = (iw >= 0 && iw < g.w) ? src[iw] : 0.0f;
           }
         }
-    }
-  });
+      }
 }
 
-// dx[b0 + b, c, ...] += col[(c,kh,kw), b*P + p] (the adjoint of im2col); dx starts zeroed.
-void col2im(const Conv& g, const float* col, std::int64_t b0, std::int64_t nb, float* dx,
-            ThreadPool& pool) {
-  const std::int64_t ld = nb * g.plane();
-  pool.parallel_for(nb * g.c, 1, [&](std::int64_t s, std::int64_t e) {
-    for (std::int64_t bc = s; bc < e; ++bc) {
-      const std::int64_t b = bc / g.c, c = bc % g.c;
-      float* dst = dx + ((b0 + b) * g.c + c) * g.h * g.w;
-      for (std::int64_t i = 0; i < g.kh; ++i)
-        for (std::int64_t j = 0; j < g.kw; ++j) {
-          const float* src = col + ((c * g.kh + i) * g.kw + j) * ld + b * g.plane();
-          for (std::int64_t oh = 0; oh < g.ho; ++oh) {
-            const std::int64_t ih = oh * g.sh - g.ph + i;
-            if (ih < 0 || ih >= g.h) continue;
-            float* drow = dst + ih * g.w;
-            const float* row = src + oh * g.wo;
-            if (g.sw == 1) {
-              const std::int64_t lo = std::clamp<std::int64_t>(g.pw - j, 0, g.wo);
-              const std::int64_t hi = std::clamp<std::int64_t>(g.w + g.pw - j, lo, g.wo);
-              float* d = drow + lo - g.pw + j;
-              for (std::int64_t ow = lo; ow < hi; ++ow) d[ow - lo] += row[ow];
-              continue;
-            }
-            for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-              const std::int64_t iw = ow * g.sw - g.pw + j;
-              if (iw >= 0 && iw < g.w) drow[iw] += row[ow];
-            }
+// dx[c, ...] = sum of col entries reading it (the adjoint of im2col), for one sample.
+void col2im(const Conv& g, const float* col, float* dx) {
+  std::fill_n(dx, g.in_size(), 0.0f);
+  for (std::int64_t c = 0; c < g.c; ++c)
+    for (std::int64_t i = 0; i < g.kh; ++i)
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        const float* src = col + ((c * g.kh + i) * g.kw + j) * g.plane();
+        const Run run = inside(g, j);
+        for (std::int64_t oh = 0; oh < g.ho; ++oh) {
+          const std::int64_t ih = oh * g.sh - g.ph + i;
+          if (ih < 0 || ih >= g.h) continue;
+          float* drow = dx + (c * g.h + ih) * g.w;
+          const float* row = src + oh * g.wo;
+          if (g.sw == 1) {
+            float* d = drow - g.pw + j;
+            for (std::int64_t ow = run.lo; ow < run.hi; ++ow) d[ow] += row[ow];
+            continue;
+          }
+          for (std::int64_t ow = 0; ow < g.wo; ++ow) {
+            const std::int64_t iw = ow * g.sw - g.pw + j;
+            if (iw >= 0 && iw < g.w) drow[iw] += row[ow];
           }
         }
-    }
-  });
+      }
 }
 
-// [nb, O, P] (samples b0..) <-> [O, nb*P]
-void to_channel_major(const Conv& g, const float* y, std::int64_t b0, std::int64_t nb, float* t,
-                      ThreadPool& pool) {
-  pool.parallel_for(nb * g.o, 16, [&](std::int64_t s, std::int64_t e) {
-    for (std::int64_t bo = s; bo < e; ++bo) {
-      const std::int64_t b = bo / g.o, o = bo % g.o;
-      std::memcpy(t + o * nb * g.plane() + b * g.plane(), y + ((b0 + b) * g.o + o) * g.plane(),
-                  static_cast<std::size_t>(g.plane()) * sizeof(float));
-    }
-  });
-}
-
-void from_channel_major(const Conv& g, const float* t, std::int64_t b0, std::int64_t nb, float* y,
-                        ThreadPool& pool) {
-  pool.parallel_for(nb * g.o, 16, [&](std::int64_t s, std::int64_t e) {
-    for (std::int64_t bo = s; bo < e; ++bo) {
-      const std::int64_t b = bo / g.o, o = bo % g.o;
-      std::memcpy(y + ((b0 + b) * g.o + o) * g.plane(), t + o * nb * g.plane() + b * g.plane(),
-                  static_cast<std::size_t>(g.plane()) * sizeof(float));
-    }
-  });
-}
-
-thread_local std::vector<float> t_col, t_tmp;
+// Convolutions run one sample at a time, samples spread over the pool: a sample's im2col matrix
+// (288 x 121 floats for the CNN's second layer) stays in the core's cache between being written
+// and being read by the GEMM, and the GEMM writes the sample's [O, HO*WO] output, which is
+// already NCHW. A batch-wide im2col would stream tens of MB through memory and need a layout
+// pass. With fewer samples than threads, each sample's GEMM is split over the pool instead.
 
 void conv2d_kernel(const OpCall& call, Context& ctx) {
   const Conv g = geometry(call.in(0).shape(), call.in(1).shape(), call.out(0).shape(),
@@ -160,21 +164,14 @@ void conv2d_kernel(const OpCall& call, Context& ctx) {
   const float* x = in_ptr(call, 0);
   const float* w = in_ptr(call, 1);
   float* y = out_ptr(call, 0);
-  const std::int64_t chunk = g.chunk();
-  for (std::int64_t b0 = 0; b0 < g.n; b0 += chunk) {
-    const std::int64_t nb = std::min(chunk, g.n - b0);
-    float* col = scratch(t_col, g.rows() * nb * g.plane());
-    im2col(g, x, b0, nb, col, ctx.pool);
-    if (nb == 1) {
-      gemm(ctx.blas, false, false, g.o, g.plane(), g.rows(), w, g.rows(), col, g.plane(), 0.0f,
-           y + b0 * g.o * g.plane(), g.plane());
-      continue;
+  ctx.pool.parallel_for(g.n, 1, [&](std::int64_t s, std::int64_t e) {
+    float* col = scratch(g.rows() * g.plane());
+    for (std::int64_t b = s; b < e; ++b) {
+      im2col(g, x + b * g.in_size(), col);
+      gemm(ctx, false, false, g.o, g.plane(), g.rows(), w, g.rows(), col, g.plane(), 0.0f,
+           y + b * g.out_size(), g.plane());
     }
-    float* tmp = scratch(t_tmp, g.o * nb * g.plane());
-    gemm(ctx.blas, false, false, g.o, nb * g.plane(), g.rows(), w, g.rows(), col, nb * g.plane(),
-         0.0f, tmp, nb * g.plane());
-    from_channel_major(g, tmp, b0, nb, y, ctx.pool);
-  }
+  });
 }
 
 void conv2d_backward_input_kernel(const OpCall& call, Context& ctx) {
@@ -183,44 +180,42 @@ void conv2d_backward_input_kernel(const OpCall& call, Context& ctx) {
   const float* gy = in_ptr(call, 0);
   const float* w = in_ptr(call, 1);
   float* dx = out_ptr(call, 0);
-  std::fill_n(dx, call.out(0).numel(), 0.0f);
-  const std::int64_t chunk = g.chunk();
-  for (std::int64_t b0 = 0; b0 < g.n; b0 += chunk) {
-    const std::int64_t nb = std::min(chunk, g.n - b0);
-    const float* gt = gy + b0 * g.o * g.plane();
-    if (nb > 1) {
-      float* tmp = scratch(t_tmp, g.o * nb * g.plane());
-      to_channel_major(g, gy, b0, nb, tmp, ctx.pool);
-      gt = tmp;
+  ctx.pool.parallel_for(g.n, 1, [&](std::int64_t s, std::int64_t e) {
+    float* col = scratch(g.rows() * g.plane());
+    for (std::int64_t b = s; b < e; ++b) {
+      gemm(ctx, true, false, g.rows(), g.plane(), g.o, w, g.rows(), gy + b * g.out_size(),
+           g.plane(), 0.0f, col, g.plane());
+      col2im(g, col, dx + b * g.in_size());
     }
-    float* col = scratch(t_col, g.rows() * nb * g.plane());
-    gemm(ctx.blas, true, false, g.rows(), nb * g.plane(), g.o, w, g.rows(), gt, nb * g.plane(),
-         0.0f, col, nb * g.plane());
-    col2im(g, col, b0, nb, dx, ctx.pool);
-  }
+  });
 }
 
+// dw = sum over samples of gy_b [O, P] col_b^T [P, CKK]: each thread accumulates its share of the
+// samples into its own [O, CKK] (the first into dw itself), then the shares are added.
 void conv2d_backward_weight_kernel(const OpCall& call, Context& ctx) {
   const Conv g = geometry(call.in(1).shape(), call.out(0).shape(), call.in(0).shape(),
                           call.attr<Conv2dAttrs>());
   const float* gy = in_ptr(call, 0);
   const float* x = in_ptr(call, 1);
   float* dw = out_ptr(call, 0);
-  const std::int64_t chunk = g.chunk();
-  for (std::int64_t b0 = 0; b0 < g.n; b0 += chunk) {
-    const std::int64_t nb = std::min(chunk, g.n - b0);
-    float* col = scratch(t_col, g.rows() * nb * g.plane());
-    im2col(g, x, b0, nb, col, ctx.pool);
-    const float* gt = gy + b0 * g.o * g.plane();
-    if (nb > 1) {
-      float* tmp = scratch(t_tmp, g.o * nb * g.plane());
-      to_channel_major(g, gy, b0, nb, tmp, ctx.pool);
-      gt = tmp;
+  const std::int64_t size = g.o * g.rows();
+  const int parts = static_cast<int>(std::clamp<std::int64_t>(g.n, 1, ctx.pool.size()));
+  std::vector<float> shares(static_cast<std::size_t>((parts - 1) * size));
+  ctx.pool.run_parts(parts, [&](int p, int count) {
+    float* acc = p == 0 ? dw : shares.data() + (p - 1) * size;
+    const std::int64_t lo = g.n * p / count, hi = g.n * (p + 1) / count;
+    if (lo == hi) std::fill_n(acc, size, 0.0f);
+    float* col = scratch(g.rows() * g.plane());
+    for (std::int64_t b = lo; b < hi; ++b) {
+      im2col(g, x + b * g.in_size(), col);
+      gemm(ctx, false, true, g.o, g.rows(), g.plane(), gy + b * g.out_size(), g.plane(), col,
+           g.plane(), b == lo ? 0.0f : 1.0f, acc, g.rows());
     }
-    gemm(ctx.blas, false, true, g.o, g.rows(), nb * g.plane(), gt, nb * g.plane(), col,
-         nb * g.plane(), b0 == 0 ? 0.0f : 1.0f, dw, g.rows());
+  });
+  for (int p = 1; p < parts; ++p) {
+    const float* share = shares.data() + (p - 1) * size;
+    for (std::int64_t i = 0; i < size; ++i) dw[i] += share[i];
   }
-  if (g.n == 0) std::fill_n(dw, call.out(0).numel(), 0.0f);
 }
 
 void max_pool2d_kernel(const OpCall& call, Context& ctx) {
@@ -231,9 +226,36 @@ void max_pool2d_kernel(const OpCall& call, Context& ctx) {
   const float* x = in_ptr(call, 0);
   float* y = out_ptr(call, 0);
   auto* idx = out_ptr<std::int32_t>(call, 1);
+  const bool two_by_two = a.kernel_h == 2 && a.kernel_w == 2 && a.stride_h == 2 && a.stride_w == 2;
   ctx.pool.parallel_for(xs[0] * xs[1], 4, [&](std::int64_t s, std::int64_t e) {
     for (std::int64_t p = s; p < e; ++p) {
       const float* src = x + p * h * w;
+      if (two_by_two) {  // the common case, branch-free so that it vectorises (same first max)
+        for (std::int64_t oh = 0; oh < ho; ++oh) {
+          float* yr = y + (p * ho + oh) * wo;
+          std::int32_t* ir = idx + (p * ho + oh) * wo;
+          const float* r0 = src + 2 * oh * w;
+          const float* r1 = r0 + w;
+          const auto top = static_cast<std::int32_t>(2 * oh * w),
+                     below = static_cast<std::int32_t>(w);
+          for (std::int64_t ow = 0; ow < wo; ++ow) {
+            const float v00 = r0[2 * ow], v01 = r0[2 * ow + 1], v10 = r1[2 * ow],
+                        v11 = r1[2 * ow + 1];
+            const auto left = top + 2 * static_cast<std::int32_t>(ow);
+            float best = v00;
+            std::int32_t where = left;
+            where = v01 > best ? left + 1 : where;
+            best = v01 > best ? v01 : best;
+            where = v10 > best ? left + below : where;
+            best = v10 > best ? v10 : best;
+            where = v11 > best ? left + below + 1 : where;
+            best = v11 > best ? v11 : best;
+            yr[ow] = best;
+            ir[ow] = where;
+          }
+        }
+        continue;
+      }
       for (std::int64_t oh = 0; oh < ho; ++oh)
         for (std::int64_t ow = 0; ow < wo; ++ow) {
           std::int64_t best = oh * a.stride_h * w + ow * a.stride_w;
