@@ -165,13 +165,27 @@ Variable make_result(Tensor value, std::vector<Variable> inputs,
 
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
-  Tensor g = grad;
-  // Innermost dimensions first: each reduction then reads contiguous rows and shrinks the next.
-  const int lead = g.rank() - shape.rank();
-  for (int d = shape.rank() - 1; d >= 0; --d)
-    if (shape[d] == 1 && g.dim(d + lead) != 1) g = tessera::sum(g, d + lead, true);
-  while (g.rank() > shape.rank()) g = tessera::sum(g, 0);
-  return g;
+  // Runs of adjacent dimensions that are all summed (or all kept) merge into one, so that a conv
+  // bias gradient ([N,C,H,W] to [C,1,1]) is two sums over [N, C, H*W] instead of three passes,
+  // the first over lines of W elements. Innermost first: each sum then shrinks the next.
+  const int lead = grad.rank() - shape.rank();
+  Tensor g = grad.is_contiguous() ? grad : grad.contiguous();
+  Shape merged;
+  std::vector<bool> summed;
+  for (int d = 0; d < g.rank(); ++d) {
+    const bool sum = d < lead || (shape[d - lead] == 1 && g.dim(d) != 1);
+    if (g.dim(d) == 1) continue;  // size-1 dimensions go either way
+    if (!summed.empty() && summed.back() == sum) {
+      merged[merged.rank() - 1] *= g.dim(d);
+    } else {
+      merged.push_back(g.dim(d));
+      summed.push_back(sum);
+    }
+  }
+  g = g.reshape(merged);
+  for (int d = merged.rank() - 1; d >= 0; --d)
+    if (summed[static_cast<std::size_t>(d)]) g = tessera::sum(g, d);
+  return g.reshape(shape);
 }
 
 namespace {
