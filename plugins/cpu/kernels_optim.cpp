@@ -6,61 +6,82 @@
 namespace tessera::cpu {
 namespace {
 
-// The attributes are copied into locals and each variant gets its own loop, so that the compiler
-// vectorises it (a loop reading |a| through a reference can not assume the stores leave it alone).
-void sgd_kernel(const OpCall& call, Context& ctx) {
-  const SgdAttrs a = call.attr<SgdAttrs>();
-  const float* __restrict g = in_ptr(call, 0);
-  float* __restrict p = out_ptr(call, 0);
-  float* __restrict v = out_ptr(call, 1);
-  const float lr = a.lr, wd = a.weight_decay, mom = a.momentum, damp = 1 - a.dampening;
-  ctx.pool.parallel_for(call.out(0).numel(), kElementGrain, [=](std::int64_t b, std::int64_t e) {
-    if (mom == 0) {
-      for (std::int64_t i = b; i < e; ++i) p[i] -= lr * (g[i] + wd * p[i]);
-    } else if (a.first_step) {
-      for (std::int64_t i = b; i < e; ++i) {
-        const float d = g[i] + wd * p[i];
-        v[i] = d;
-        p[i] -= lr * (a.nesterov ? d + mom * d : d);
-      }
-    } else if (a.nesterov) {
-      for (std::int64_t i = b; i < e; ++i) {
-        const float d = g[i] + wd * p[i];
-        const float vi = mom * v[i] + damp * d;
-        v[i] = vi;
-        p[i] -= lr * (d + mom * vi);
-      }
-    } else {
-      for (std::int64_t i = b; i < e; ++i) {
-        const float vi = mom * v[i] + damp * (g[i] + wd * p[i]);
-        v[i] = vi;
-        p[i] -= lr * vi;
-      }
+// Each loop is a function of plain values and __restrict pointers, so that the compiler
+// vectorises it: inside a lambda the attributes live in the closure, which the stores through p
+// and v might (as far as the compiler knows) overwrite, so every iteration reloaded them, scalar.
+struct Sgd {
+  float lr, wd, mom, damp;
+  bool first_step, nesterov;
+};
+
+void sgd_range(const Sgd a, const float* __restrict g, float* __restrict p, float* __restrict v,
+               std::int64_t b, std::int64_t e) {
+  const float lr = a.lr, wd = a.wd, mom = a.mom, damp = a.damp;
+  if (mom == 0) {
+    for (std::int64_t i = b; i < e; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+  } else if (a.first_step) {
+    const bool nesterov = a.nesterov;
+    for (std::int64_t i = b; i < e; ++i) {
+      const float d = g[i] + wd * p[i];
+      v[i] = d;
+      p[i] -= lr * (nesterov ? d + mom * d : d);
     }
-  });
+  } else if (a.nesterov) {
+    for (std::int64_t i = b; i < e; ++i) {
+      const float d = g[i] + wd * p[i];
+      const float vi = mom * v[i] + damp * d;
+      v[i] = vi;
+      p[i] -= lr * (d + mom * vi);
+    }
+  } else {
+    for (std::int64_t i = b; i < e; ++i) {
+      const float vi = mom * v[i] + damp * (g[i] + wd * p[i]);
+      v[i] = vi;
+      p[i] -= lr * vi;
+    }
+  }
+}
+
+void sgd_kernel(const OpCall& call, Context& ctx) {
+  const SgdAttrs& at = call.attr<SgdAttrs>();
+  const Sgd a{at.lr, at.weight_decay, at.momentum, 1 - at.dampening, at.first_step, at.nesterov};
+  const float* g = in_ptr(call, 0);
+  float* p = out_ptr(call, 0);
+  float* v = out_ptr(call, 1);
+  ctx.pool.parallel_for(call.out(0).numel(), kElementGrain,
+                        [&](std::int64_t b, std::int64_t e) { sgd_range(a, g, p, v, b, e); });
+}
+
+struct Adam {
+  float step_size, inv_bc2_sqrt, b1, b2, eps, wd;
+};
+
+void adam_range(const Adam a, const float* __restrict g, float* __restrict p, float* __restrict m,
+                float* __restrict v, std::int64_t b, std::int64_t e) {
+  const float step_size = a.step_size, inv_bc2_sqrt = a.inv_bc2_sqrt, b1 = a.b1, b2 = a.b2,
+              eps = a.eps, wd = a.wd;
+  for (std::int64_t i = b; i < e; ++i) {
+    const float d = g[i] + wd * p[i];
+    const float mi = b1 * m[i] + (1 - b1) * d;
+    const float vi = b2 * v[i] + (1 - b2) * d * d;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= step_size * mi / (std::sqrt(vi) * inv_bc2_sqrt + eps);
+  }
 }
 
 void adam_kernel(const OpCall& call, Context& ctx) {
-  const AdamAttrs a = call.attr<AdamAttrs>();
-  const float* __restrict g = in_ptr(call, 0);
-  float* __restrict p = out_ptr(call, 0);
-  float* __restrict m = out_ptr(call, 1);
-  float* __restrict v = out_ptr(call, 2);
-  const auto step = static_cast<double>(a.step);
-  const float bc1 = static_cast<float>(1 - std::pow(static_cast<double>(a.beta1), step));
-  const float bc2 = static_cast<float>(1 - std::pow(static_cast<double>(a.beta2), step));
-  const float step_size = a.lr / bc1, inv_bc2_sqrt = 1 / std::sqrt(bc2);
-  const float b1 = a.beta1, b2 = a.beta2, eps = a.eps, wd = a.weight_decay;
-  ctx.pool.parallel_for(call.out(0).numel(), kElementGrain, [=](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) {
-      const float d = g[i] + wd * p[i];
-      const float mi = b1 * m[i] + (1 - b1) * d;
-      const float vi = b2 * v[i] + (1 - b2) * d * d;
-      m[i] = mi;
-      v[i] = vi;
-      p[i] -= step_size * mi / (std::sqrt(vi) * inv_bc2_sqrt + eps);
-    }
-  });
+  const AdamAttrs& at = call.attr<AdamAttrs>();
+  const auto step = static_cast<double>(at.step);
+  const float bc1 = static_cast<float>(1 - std::pow(static_cast<double>(at.beta1), step));
+  const float bc2 = static_cast<float>(1 - std::pow(static_cast<double>(at.beta2), step));
+  const Adam a{at.lr / bc1, 1 / std::sqrt(bc2), at.beta1, at.beta2, at.eps, at.weight_decay};
+  const float* g = in_ptr(call, 0);
+  float* p = out_ptr(call, 0);
+  float* m = out_ptr(call, 1);
+  float* v = out_ptr(call, 2);
+  ctx.pool.parallel_for(call.out(0).numel(), kElementGrain,
+                        [&](std::int64_t b, std::int64_t e) { adam_range(a, g, p, m, v, b, e); });
 }
 
 }  // namespace
