@@ -14,7 +14,8 @@
 //             128 (forward, cross-entropy, backward, SGD with momentum) on random data, in samples
 //             per second, beside PyTorch running the same models (bench/train_peer.py, on the CPU
 //             for cpu devices and on CUDA for GPUs; skipped with the reason when PyTorch is not
-//             importable by --torch-python).
+//             importable by --torch-python). --rounds N alternates N rounds of Tessera's runs
+//             and the peer's and reports the median round of each.
 #include <dlfcn.h>
 #include <sys/wait.h>
 
@@ -131,13 +132,21 @@ json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, const 
     for (int i = 0; i < calls; ++i)
       peer.sgemm(101, 111, 111, ni, ni, ni, 1.0f, a.data(), ni, b.data(), ni, 0.0f, out.data(), ni);
   };
-  // Interleaved, so that both see the same machine state; the median of each is reported.
+  // Interleaved, so that both see the same machine state; the median of each is reported. After
+  // each CPU run the threads of that side are let go idle first: OpenBLAS's workers spin for about
+  // 2^28 cycles after a call, and would otherwise share the cores with the run that follows.
+  auto settle = [&] {
+    if (blas_peer) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  };
   ours();
   if (blas_peer) theirs();
+  settle();
   std::vector<double> t_ours, t_peer;
   for (int i = 0; i < repeat; ++i) {
     t_ours.push_back(median_seconds(0, ours) / calls);
+    settle();
     if (blas_peer) t_peer.push_back(median_seconds(0, theirs) / calls);
+    settle();
   }
   const double flop = 2.0 * double(n) * double(n) * double(n);
   const double s = median(t_ours);
@@ -202,6 +211,56 @@ json bench_train(Device& dev, const std::string& model_name, std::int64_t batch,
           {"steps", steps},
           {"seconds", s},
           {"samples_per_second", static_cast<double>(batch * steps) / s}};
+}
+
+// The train case's result for |model|: the median of Tessera's rounds beside the median of the
+// peer's rounds (each round's figure listed when there are several).
+json train_result(const std::vector<json>& ours, const std::vector<json>& peer_rounds,
+                  const std::string& model) {
+  auto by_speed = [](const json& a, const json& b) {
+    return a["samples_per_second"].get<double>() < b["samples_per_second"].get<double>();
+  };
+  std::vector<json> sorted = ours;
+  std::sort(sorted.begin(), sorted.end(), by_speed);
+  json r = sorted[sorted.size() / 2];
+  if (ours.size() > 1) {
+    r["rounds"] = ours.size();
+    r["rounds_samples_per_second"] = json::array();
+    for (const json& o : ours) r["rounds_samples_per_second"].push_back(o["samples_per_second"]);
+  }
+  std::vector<json> theirs;  // this model's result of each round, with the peer's name
+  json error;
+  for (const json& round : peer_rounds) {
+    if (round.contains("error")) {
+      error = round["error"];
+      continue;
+    }
+    for (const json& p : round["results"])
+      if (p["model"] == model) {
+        json named = p;
+        named["peer"] = fmt::format("{} on {}", round["peer"].get<std::string>(),
+                                    round["device_name"].get<std::string>());
+        theirs.push_back(named);
+      }
+  }
+  if (theirs.empty()) {
+    r["peer_error"] = error.is_null() ? json("the peer reported no result for " + model) : error;
+    return r;
+  }
+  std::sort(theirs.begin(), theirs.end(), by_speed);
+  const json& p = theirs[theirs.size() / 2];
+  r["peer"] = p["peer"];
+  if (p.contains("threads")) r["peer_threads"] = p["threads"];
+  r["peer_samples_per_second"] = p["samples_per_second"];
+  if (theirs.size() > 1) {
+    r["peer_rounds_samples_per_second"] = json::array();
+    for (const json& round : peer_rounds)
+      for (const json& q : round.value("results", json::array()))
+        if (q["model"] == model)
+          r["peer_rounds_samples_per_second"].push_back(q["samples_per_second"]);
+  }
+  r["ratio"] = r["samples_per_second"].get<double>() / p["samples_per_second"].get<double>();
+  return r;
 }
 
 // Runs a PyTorch peer script with |args|; its JSON, or {"error": why}.
@@ -294,7 +353,7 @@ int main(int argc, char** argv) {
   std::string device_list, cases, out_file, torch_python = "python3", models = "mlp,cnn";
   std::string peer_dir = default_peer_dir();
   std::vector<std::int64_t> sizes;
-  int repeat = 5, train_steps = 20;
+  int repeat = 5, train_steps = 20, rounds = 1;
   opts.add_options()("help,h", "show this help")(
       "devices", po::value(&device_list)->default_value("all"), "comma list of devices, or all")(
       "cases", po::value(&cases)->default_value("sgemm,add,dispatch"),
@@ -303,6 +362,8 @@ int main(int argc, char** argv) {
       "training steps per timed run of the train case")(
       "models", po::value(&models)->default_value(models),
       "comma list of the train case's models: mlp, cnn")(
+      "rounds", po::value(&rounds)->default_value(rounds),
+      "train case: rounds of (Tessera, peer) runs, alternated; the median round is reported")(
       "torch-python", po::value(&torch_python)->default_value(torch_python),
       "the Python that runs the PyTorch peers (train_peer.py, gpu_peer.py)")(
       "peer-dir", po::value(&peer_dir)->default_value(peer_dir),
@@ -316,6 +377,7 @@ int main(int argc, char** argv) {
     po::store(po::parse_command_line(argc, argv, opts), vm);
     po::notify(vm);
     if (repeat < 1) throw po::error("--repeat must be at least 1");
+    if (rounds < 1) throw po::error("--rounds must be at least 1");
     for (const std::string& m : split(models, ','))
       if (m != "mlp" && m != "cnn")
         throw po::error(fmt::format("--models: unknown model '{}' (mlp, cnn)", m));
@@ -343,8 +405,8 @@ int main(int argc, char** argv) {
     const bool do_dispatch = cases.find("dispatch") != std::string::npos;
     const bool do_train = cases.find("train") != std::string::npos;
     const bool do_add = cases.find("add") != std::string::npos;
-    std::map<std::string, json> peers;  // by PyTorch device
-    json gpu_peer;                      // run once, when a GPU is measured
+    std::map<std::string, std::vector<json>> peers;  // train peer rounds, by PyTorch device
+    json gpu_peer;                                   // run once, when a GPU is measured
     for (Device* d : targets) {
       if (is_gpu(*d) && (do_sgemm || do_add) && gpu_peer.is_null()) {
         std::string size_list;
@@ -368,29 +430,22 @@ int main(int argc, char** argv) {
         std::cerr << results.back().dump() << "\n";
       }
       if (do_train) {
+        // Rounds alternate Tessera's runs and the peer's, so that a noisy stretch of the machine
+        // hits both; the median round of each side is reported. GPUs of one kind share one peer.
         const std::string torch_device = d->info().type == DeviceType::cpu ? "cpu" : "cuda";
-        for (const std::string& model : split(models, ',')) {
-          json r = bench_train(*d, model, 128, train_steps, repeat, rng);
-          if (!peers.count(torch_device))
-            peers[torch_device] =
+        const bool run_peers = !peers.count(torch_device);
+        std::map<std::string, std::vector<json>> ours;
+        for (int round = 0; round < rounds; ++round) {
+          for (const std::string& model : split(models, ','))
+            ours[model].push_back(bench_train(*d, model, 128, train_steps, repeat, rng));
+          if (run_peers)
+            peers[torch_device].push_back(
                 run_peer(torch_python, peer_dir + "/train_peer.py",
                          fmt::format("--device {} --steps {} --repeat {} --models {}", torch_device,
-                                     train_steps, repeat, models));
-          const json& torch_peer = peers[torch_device];
-          if (torch_peer.contains("error")) {
-            r["peer_error"] = torch_peer["error"];
-          } else {
-            for (const json& p : torch_peer["results"])
-              if (p["model"] == model) {
-                r["peer"] = fmt::format("{} on {}", torch_peer["peer"].get<std::string>(),
-                                        torch_peer["device_name"].get<std::string>());
-                if (p.contains("threads")) r["peer_threads"] = p["threads"];
-                r["peer_samples_per_second"] = p["samples_per_second"];
-                r["ratio"] =
-                    r["samples_per_second"].get<double>() / p["samples_per_second"].get<double>();
-              }
-          }
-          results.push_back(r);
+                                     train_steps, repeat, models)));
+        }
+        for (const std::string& model : split(models, ',')) {
+          results.push_back(train_result(ours[model], peers[torch_device], model));
           std::cerr << results.back().dump() << "\n";
         }
       }

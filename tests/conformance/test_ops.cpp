@@ -133,7 +133,10 @@ std::vector<Case> tessera::conformance::op_cases() {
     const char* prefix;
     std::int64_t m, n, k;
   };
-  for (const Size sz : {Size{"matmul_", 37, 53, 29}, Size{"matmul_aligned_", 68, 132, 36}})
+  // Sizes: odd extents; multiples of 4 (vector paths); taller than wide and large enough that the
+  // CPU plugin cuts it into row blocks (the aligned case is cut into column blocks).
+  for (const Size sz : {Size{"matmul_", 37, 53, 29}, Size{"matmul_aligned_", 68, 132, 36},
+                        Size{"matmul_tall_", 150, 40, 51}})
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         c.push_back({fmt::format("{}{}{}", sz.prefix, ta ? "T" : "N", tb ? "T" : "N"), OpId::matmul,
