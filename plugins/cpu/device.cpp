@@ -32,7 +32,7 @@ int thread_count() {
 
 }  // namespace
 
-CpuDevice::CpuDevice() : pool_(thread_count()), ctx_{pool_, blas()} {
+CpuDevice::CpuDevice() : pool_(thread_count()), ctx_{pool_, blas(), scratch_} {
   const auto [model, vendor] = cpu_model();
   const Blas& b = ctx_.blas;
   info_.name = model;

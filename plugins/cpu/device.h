@@ -22,6 +22,7 @@ class CpuDevice final : public Device {
   HostAllocator allocator_{"cpu:0"};
   HostQueue queue_;
   ThreadPool pool_;
+  ScratchBuffers scratch_;
   Context ctx_;
   KernelTable kernels_;
 };

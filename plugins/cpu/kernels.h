@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "openblas.h"
 #include "tessera/kernel.h"
@@ -11,10 +13,47 @@
 
 namespace tessera::cpu {
 
+// Scratch buffers kept between calls and lent to whichever thread needs one (no thread_local:
+// see thread_pool.h). Thread-safe.
+class ScratchBuffers {
+ public:
+  // A buffer of at least |floats| floats, handed back when the lease ends.
+  class Lease {
+   public:
+    Lease(ScratchBuffers& owner, std::int64_t floats) : owner_(owner) {
+      {
+        std::lock_guard lock(owner_.mu_);
+        if (!owner_.free_.empty()) {
+          buffer_ = std::move(owner_.free_.back());
+          owner_.free_.pop_back();
+        }
+      }
+      if (static_cast<std::int64_t>(buffer_.size()) < floats)
+        buffer_.resize(static_cast<std::size_t>(floats));
+    }
+    ~Lease() {
+      std::lock_guard lock(owner_.mu_);
+      owner_.free_.push_back(std::move(buffer_));
+    }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    float* data() { return buffer_.data(); }
+
+   private:
+    ScratchBuffers& owner_;
+    std::vector<float> buffer_;
+  };
+
+ private:
+  std::mutex mu_;
+  std::vector<std::vector<float>> free_;
+};
+
 // What every CPU kernel may use. Owned by the device.
 struct Context {
   ThreadPool& pool;
   const Blas& blas;
+  ScratchBuffers& scratch;
 };
 
 // CPU kernels run synchronously on the calling thread (and the pool): the CPU queue has nothing

@@ -80,13 +80,6 @@ Conv geometry(const Shape& x, const Shape& w, const Shape& y, const Conv2dAttrs&
           y[2], y[3], a.stride_h, a.stride_w, a.pad_h, a.pad_w};
 }
 
-// Per-thread scratch, grown on demand and kept: one sample's im2col matrix.
-float* scratch(std::int64_t size) {
-  thread_local std::vector<float> v;
-  if (static_cast<std::int64_t>(v.size()) < size) v.resize(static_cast<std::size_t>(size));
-  return v.data();
-}
-
 // Columns [lo, hi) of output row |oh|'s input row for kernel column |j| lie inside the image;
 // the rest read padding. Stride 1 only.
 struct Run {
@@ -165,7 +158,8 @@ void conv2d_kernel(const OpCall& call, Context& ctx) {
   const float* w = in_ptr(call, 1);
   float* y = out_ptr(call, 0);
   ctx.pool.parallel_for(g.n, 1, [&](std::int64_t s, std::int64_t e) {
-    float* col = scratch(g.rows() * g.plane());
+    ScratchBuffers::Lease col_buffer(ctx.scratch, g.rows() * g.plane());
+    float* col = col_buffer.data();
     for (std::int64_t b = s; b < e; ++b) {
       im2col(g, x + b * g.in_size(), col);
       gemm(ctx, false, false, g.o, g.plane(), g.rows(), w, g.rows(), col, g.plane(), 0.0f,
@@ -181,7 +175,8 @@ void conv2d_backward_input_kernel(const OpCall& call, Context& ctx) {
   const float* w = in_ptr(call, 1);
   float* dx = out_ptr(call, 0);
   ctx.pool.parallel_for(g.n, 1, [&](std::int64_t s, std::int64_t e) {
-    float* col = scratch(g.rows() * g.plane());
+    ScratchBuffers::Lease col_buffer(ctx.scratch, g.rows() * g.plane());
+    float* col = col_buffer.data();
     for (std::int64_t b = s; b < e; ++b) {
       gemm(ctx, true, false, g.rows(), g.plane(), g.o, w, g.rows(), gy + b * g.out_size(),
            g.plane(), 0.0f, col, g.plane());
@@ -205,7 +200,8 @@ void conv2d_backward_weight_kernel(const OpCall& call, Context& ctx) {
     float* acc = p == 0 ? dw : shares.data() + (p - 1) * size;
     const std::int64_t lo = g.n * p / count, hi = g.n * (p + 1) / count;
     if (lo == hi) std::fill_n(acc, size, 0.0f);
-    float* col = scratch(g.rows() * g.plane());
+    ScratchBuffers::Lease col_buffer(ctx.scratch, g.rows() * g.plane());
+    float* col = col_buffer.data();
     for (std::int64_t b = lo; b < hi; ++b) {
       im2col(g, x + b * g.in_size(), col);
       gemm(ctx, false, true, g.o, g.rows(), g.plane(), gy + b * g.out_size(), g.plane(), col,

@@ -24,12 +24,13 @@ inline void cpu_relax() {
 #endif
 }
 
-thread_local const ThreadPool* t_pool = nullptr;  // the pool whose chunk this thread runs
-
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < std::max(threads, 1); ++i) workers_.emplace_back([this] { worker(); });
+  for (int i = 1; i < std::max(threads, 1); ++i) {
+    workers_.emplace_back([this] { worker(); });
+    worker_ids_.push_back(workers_.back().get_id());
+  }
 }
 
 ThreadPool::~ThreadPool() {
@@ -43,12 +44,12 @@ ThreadPool::~ThreadPool() {
 }
 
 bool ThreadPool::in_worker() const {
-  return t_pool == this;
+  const std::thread::id me = std::this_thread::get_id();
+  return owner_.load(std::memory_order_relaxed) == me ||
+         std::find(worker_ids_.begin(), worker_ids_.end(), me) != worker_ids_.end();
 }
 
 void ThreadPool::run_chunks() {
-  const ThreadPool* outer = t_pool;
-  t_pool = this;
   for (std::int64_t c = next_++; c < chunks_; c = next_++) {
     const std::int64_t begin = c * chunk_, end = std::min(n_, begin + chunk_);
     try {
@@ -58,7 +59,6 @@ void ThreadPool::run_chunks() {
       if (!error_) error_ = std::current_exception();
     }
   }
-  t_pool = outer;
 }
 
 void ThreadPool::worker() {
@@ -95,6 +95,7 @@ void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain,
     return;
   }
   std::lock_guard job(job_mu_);
+  owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   const std::int64_t max_chunks = std::min<std::int64_t>(size() * 4, (n + grain - 1) / grain);
   fn_ = &fn;
   n_ = n;
@@ -117,6 +118,7 @@ void ThreadPool::parallel_for(std::int64_t n, std::int64_t grain,
       std::this_thread::yield();  // a worker was descheduled: give it the core
   }
   fn_ = nullptr;
+  owner_.store(std::thread::id(), std::memory_order_relaxed);
   std::exception_ptr error;
   {
     std::lock_guard lock(mu_);

@@ -37,15 +37,20 @@ class ThreadPool {
   // parallel_for.
   void run_parts(int max_parts, const std::function<void(int, int)>& fn);
 
-  // Whether the calling thread is running a chunk of this pool.
+  // Whether the calling thread is running a chunk of this pool (a worker, or the thread whose
+  // parallel_for is running).
   bool in_worker() const;
 
  private:
   void worker();
   void run_chunks();
 
+  // No thread_local state: LeakSanitizer (GCC 12's, on glibc 2.36) crashes at exit walking the
+  // dynamic TLS of a dlopen'ed module touched by several threads.
   std::vector<std::thread> workers_;
-  std::mutex job_mu_;  // one parallel_for at a time
+  std::vector<std::thread::id> worker_ids_;  // fixed after construction
+  std::atomic<std::thread::id> owner_{};     // the thread running parallel_for, while it does
+  std::mutex job_mu_;                        // one parallel_for at a time
   // Job state: written by the caller before generation_ is bumped, read by workers after.
   const std::function<void(std::int64_t, std::int64_t)>* fn_ = nullptr;
   std::int64_t n_ = 0, chunk_ = 0, chunks_ = 0;
