@@ -52,6 +52,16 @@ void infer_matmul(const OpCall& call, std::span<TensorSpec> out) {
   out[0] = {Shape{m, n}, a.dtype()};
 }
 
+void infer_addmm(const OpCall& call, std::span<TensorSpec> out) {
+  infer_matmul(call, out);
+  const Tensor& bias = call.in(2);
+  require_rank(call, bias, 1, "bias");
+  require(bias.dtype() == out[0].dtype, call, "bias must have the dtype of a and b, got {}",
+          dtype_name(bias.dtype()));
+  require(bias.dim(0) == out[0].shape[1], call,
+          "bias must have one value per output column ({}), got {}", out[0].shape[1], bias.dim(0));
+}
+
 void infer_binary(const OpCall& call, std::span<TensorSpec> out) {
   require(call.in(0).dtype() == call.in(1).dtype(), call,
           "both operands must have the same dtype, got {} and {}", dtype_name(call.in(0).dtype()),
@@ -266,6 +276,7 @@ constexpr OpDef kOps[] = {
     {OpId::adam_update, "adam_update", 1, 3, false, true, false, infer_adam},
     {OpId::max_backward, "max_backward", 2, 1, false, false, false, infer_max_backward},
     {OpId::dropout_mask, "dropout_mask", 0, 1, false, true, false, infer_dropout_mask},
+    {OpId::addmm, "addmm", 3, 1, false, false, true, infer_addmm},
 };
 static_assert(std::size(kOps) == kNumOps, "one OpDef per OpId");
 

@@ -89,17 +89,37 @@ void run_op(OpCall& call) {
   dispatcher().run(*dev, call);
 }
 
+namespace {
+
+// A transposed view of a contiguous matrix runs as a transposed GEMM, without a copy.
+Tensor fold_transpose(const Tensor& t, bool& trans) {
+  if (t.defined() && t.rank() == 2 && !t.is_contiguous() && t.t().is_contiguous()) {
+    trans = !trans;
+    return t.t();
+  }
+  return t;
+}
+
+}  // namespace
+
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  // A transposed view of a contiguous matrix runs as a transposed GEMM, without a copy.
-  auto fold = [](const Tensor& t, bool& trans) {
-    if (t.defined() && t.rank() == 2 && !t.is_contiguous() && t.t().is_contiguous()) {
-      trans = !trans;
-      return t.t();
-    }
-    return t;
-  };
-  const Tensor fa = fold(a, trans_a), fb = fold(b, trans_b);
+  const Tensor fa = fold_transpose(a, trans_a), fb = fold_transpose(b, trans_b);
   return run1(OpId::matmul, {fa, fb}, MatmulAttrs{trans_a, trans_b});
+}
+
+Tensor addmm(const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b) {
+  const Tensor fa = fold_transpose(a, trans_a), fb = fold_transpose(b, trans_b);
+  OpCall call = make_call(OpId::addmm, {fa, fb, bias}, MatmulAttrs{trans_a, trans_b});
+  Device* dev = common_device(call);
+  if (dev && !dev->kernel(OpId::addmm)) {
+    // The same contract without the fused kernel: the shape rule first (its messages name
+    // addmm), then matmul and add on the device itself.
+    std::array<TensorSpec, 1> spec{};
+    op_def(OpId::addmm).infer(call, spec);
+    return add(matmul(fa, fb, trans_a, trans_b), bias);
+  }
+  run_op(call);
+  return call.outputs[0];
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {

@@ -65,6 +65,22 @@ void matmul_kernel(const OpCall& call, Context& ctx) {
        0.0f, out_ptr(call, 0), n);
 }
 
+// C = op(A) op(B) + bias: C's rows start as the bias and the GEMM accumulates onto them (beta 1),
+// which saves OpenBLAS's pass zeroing C (beta 0) and a separate pass adding the bias.
+void addmm_kernel(const OpCall& call, Context& ctx) {
+  const auto& at = call.attr<MatmulAttrs>();
+  const Tensor &a = call.in(0), &b = call.in(1);
+  const std::int64_t m = call.out(0).dim(0), n = call.out(0).dim(1);
+  const std::int64_t k = at.trans_a ? a.dim(0) : a.dim(1);
+  const float* bias = in_ptr(call, 2);
+  float* c = out_ptr(call, 0);
+  ctx.pool.parallel_for(m, row_grain(n), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) std::copy_n(bias, n, c + r * n);
+  });
+  gemm(ctx, at.trans_a, at.trans_b, m, n, k, in_ptr(call, 0), a.dim(1), in_ptr(call, 1), b.dim(1),
+       1.0f, c, n);
+}
+
 // The geometry of one conv2d call.
 struct Conv {
   std::int64_t n, c, h, w, o, kh, kw, ho, wo;
@@ -302,6 +318,7 @@ void register_nn(KernelTable& t, Context& ctx) {
     t[static_cast<std::size_t>(op)] = std::make_unique<CpuKernel>(ctx, fn, blas_sized);
   };
   set(OpId::matmul, matmul_kernel);
+  set(OpId::addmm, addmm_kernel);
   set(OpId::conv2d, conv2d_kernel);
   set(OpId::conv2d_backward_input, conv2d_backward_input_kernel);
   set(OpId::conv2d_backward_weight, conv2d_backward_weight_kernel);

@@ -307,6 +307,20 @@ constexpr char kExp[] = "exp_", kLog[] = "log_", kTanh[] = "tanh_", kSigmoid[] =
 constexpr char kMax[] = "max_lines", kArgmax[] = "argmax_lines", kSoftmax[] = "softmax_lines";
 constexpr char kConv[] = "conv2d", kConvInput[] = "conv2d_backward_input";
 
+// addmm: the GEMM, then the bias added in place over the output (two launches, as matmul and add
+// would be; a bias epilogue in the GEMM kernel is the next step).
+void addmm(const OpCall& call, Context& ctx) {
+  matmul(call, ctx);
+  const Tensor& y = call.out(0);
+  OpCall add{};
+  add.op = OpId::add;
+  add.num_inputs = 2;
+  add.num_outputs = 1;
+  add.inputs = {y, call.in(2).expand(y.shape())};
+  add.outputs = {y};
+  binary<kAdd>(add, ctx);
+}
+
 }  // namespace
 
 void register_kernels(KernelTable& t, Context& ctx) {
@@ -315,6 +329,7 @@ void register_kernels(KernelTable& t, Context& ctx) {
     t[static_cast<std::size_t>(op)] = std::make_unique<OpenclKernel>(ctx, fn, rule);
   };
   set(OpId::matmul, matmul);
+  set(OpId::addmm, addmm);
   set(OpId::add, binary<kAdd>);
   set(OpId::sub, binary<kSub>);
   set(OpId::mul, binary<kMul>);

@@ -247,6 +247,20 @@ void matmul(const OpCall& call, VulkanDevice& dev) {
           static_cast<std::uint32_t>((m + t.tm - 1) / t.tm), 1});
 }
 
+// addmm: the GEMM, then the bias added in place over the output (two dispatches, as matmul and
+// add would be; a bias epilogue in the GEMM shader is the next step).
+void addmm(const OpCall& call, VulkanDevice& dev) {
+  matmul(call, dev);
+  const Tensor& y = call.out(0);
+  OpCall add{};
+  add.op = OpId::add;
+  add.num_inputs = 2;
+  add.num_outputs = 1;
+  add.inputs = {y, call.in(2).expand(y.shape())};
+  add.outputs = {y};
+  binary<0>(add, dev);
+}
+
 // kOp 0 conv2d (x, w) -> y, 1 conv2d_backward_input (gy, w) -> dx: one invocation per output.
 template <int kOp>
 void conv(const OpCall& call, VulkanDevice& dev) {
@@ -351,6 +365,7 @@ void register_kernels(KernelTable& t, VulkanDevice& dev) {
     t[static_cast<std::size_t>(op)] = std::make_unique<VulkanKernel>(dev, fn, rule);
   };
   set(OpId::matmul, matmul);
+  set(OpId::addmm, addmm);
   set(OpId::add, binary<0>);
   set(OpId::sub, binary<1>);
   set(OpId::mul, binary<2>);

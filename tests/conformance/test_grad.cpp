@@ -188,7 +188,7 @@ std::vector<Case> tessera::conformance::grad_cases() {
                    return tt::reshape(tt::copy(tt::transpose(v[0], 0, 1)), {24});
                  });
                }});
-  c.push_back({"grad_linear", OpId::matmul, [](Device& d) {
+  c.push_back({"grad_linear", OpId::addmm, [](Device& d) {
                  gradcheck(d, {{{5, 8}, randn(40)}, {{3, 8}, randn(24)}, {{3}, randn(3)}},
                            [](auto& v) { return tt::linear(v[0], v[1], v[2]); });
                }});

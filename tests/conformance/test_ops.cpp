@@ -148,6 +148,27 @@ std::vector<Case> tessera::conformance::op_cases() {
                        expect_close(matmul(ta_, tb_, ta, tb).to_vector<float>(),
                                     ref_matmul(a, b, m, n, k, ta, tb));
                      }});
+  // addmm, as a Linear layer calls it (b transposed) and plain, at a size the CPU plugin splits.
+  for (const Size sz : {Size{"addmm_", 37, 53, 29}, Size{"addmm_aligned_", 68, 132, 36}})
+    for (bool tb : {false, true})
+      c.push_back(
+          {fmt::format("{}N{}", sz.prefix, tb ? "T" : "N"), OpId::addmm, [=](Device& d) {
+             const auto [prefix, m, n, k] = sz;
+             const Vec a = randn(m * k), b = randn(k * n), bias = randn(n);
+             Ref r = ref_matmul(a, b, m, n, k, false, tb);
+             for (std::int64_t i = 0; i < m; ++i)
+               for (std::int64_t j = 0; j < n; ++j) r[i * n + j] += bias[j];
+             const Tensor ta_ = on(d, a, {m, k});
+             const Tensor tb_ = on(d, b, tb ? Shape{n, k} : Shape{k, n});
+             expect_close(addmm(ta_, tb_, on(d, bias, {n}), false, tb).to_vector<float>(), r);
+             // A bias that is not one value per output column is refused, naming addmm.
+             try {
+               (void)addmm(ta_, tb_, on(d, randn(n + 1), {n + 1}), false, tb);
+               ADD_FAILURE() << "a bias of " << n + 1 << " values was accepted";
+             } catch (const InvalidArgument& e) {
+               EXPECT_NE(std::string(e.what()).find("addmm"), std::string::npos) << e.what();
+             }
+           }});
   c.push_back({"matmul_transposed_view", OpId::matmul, [](Device& d) {
                  const Vec a = randn(8 * 5), b = randn(8 * 6);
                  const Tensor y = matmul(on(d, a, {8, 5}).t(), on(d, b, {8, 6}));

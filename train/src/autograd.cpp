@@ -387,8 +387,8 @@ Variable transpose(const Variable& x, int dim0, int dim1) {
 }
 
 Variable linear(const Variable& x, const Variable& w, const Variable& b) {
-  Tensor y = tessera::matmul(x.value(), w.value(), false, true);
-  if (b.defined()) y = tessera::add(y, b.value());
+  const Tensor y = b.defined() ? tessera::addmm(x.value(), w.value(), b.value(), false, true)
+                               : tessera::matmul(x.value(), w.value(), false, true);
   return make_result(y, {x, w, b}, [x, w, b](const Tensor& g) -> Grads {
     Tensor gx, gw, gb;
     if (wants(x)) gx = tessera::matmul(g, w.value());

@@ -47,9 +47,10 @@ enum class OpId : std::uint16_t {
   adam_update,             // (grad) -> param, m, v updated in place, AdamAttrs
   max_backward,            // (grad [reduced], x) -> grad at the first max along axis, AxisAttrs
   dropout_mask,  // () -> out[i] = 0 or 1/(1-p), a pure function of (seed, i), DropoutAttrs
+  addmm,         // (a, b, bias [N]) -> op(a) @ op(b) + bias on every row; 2-D, MatmulAttrs
 };
 
-inline constexpr int kNumOps = static_cast<int>(OpId::dropout_mask) + 1;
+inline constexpr int kNumOps = static_cast<int>(OpId::addmm) + 1;
 inline constexpr int kMaxOpInputs = 3;
 inline constexpr int kMaxOpOutputs = 3;
 

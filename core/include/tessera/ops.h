@@ -15,6 +15,10 @@ namespace tessera {
 void run_op(OpCall& call);
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// op(a) @ op(b) + bias, bias [N] added to every row (a Linear layer's forward). One kernel where
+// the device has one; a device without it runs matmul then add, on that device (no fallback).
+Tensor addmm(const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a = false,
+             bool trans_b = false);
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 // Bumped whenever the descriptor, the C++ interfaces a plugin implements, or the op table change.
-#define TESSERA_PLUGIN_ABI_VERSION 2u
+#define TESSERA_PLUGIN_ABI_VERSION 3u
 #define TESSERA_PLUGIN_ENTRY_SYMBOL "tessera_plugin_entry"
 
 // The C++ objects behind the door (Backend, Device, Tensor) cross it, so the plugin and the core
