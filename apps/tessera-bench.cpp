@@ -213,20 +213,24 @@ json bench_train(Device& dev, const std::string& model_name, std::int64_t batch,
           {"samples_per_second", static_cast<double>(batch * steps) / s}};
 }
 
+// The median of |runs| by samples per second, and every run's figure in run order.
+std::pair<json, json> median_round(std::vector<json> runs) {
+  json each = json::array();
+  for (const json& r : runs) each.push_back(r["samples_per_second"]);
+  std::sort(runs.begin(), runs.end(), [](const json& a, const json& b) {
+    return a["samples_per_second"].get<double>() < b["samples_per_second"].get<double>();
+  });
+  return {runs[runs.size() / 2], each};
+}
+
 // The train case's result for |model|: the median of Tessera's rounds beside the median of the
 // peer's rounds (each round's figure listed when there are several).
 json train_result(const std::vector<json>& ours, const std::vector<json>& peer_rounds,
                   const std::string& model) {
-  auto by_speed = [](const json& a, const json& b) {
-    return a["samples_per_second"].get<double>() < b["samples_per_second"].get<double>();
-  };
-  std::vector<json> sorted = ours;
-  std::sort(sorted.begin(), sorted.end(), by_speed);
-  json r = sorted[sorted.size() / 2];
+  auto [r, mine] = median_round(ours);
   if (ours.size() > 1) {
     r["rounds"] = ours.size();
-    r["rounds_samples_per_second"] = json::array();
-    for (const json& o : ours) r["rounds_samples_per_second"].push_back(o["samples_per_second"]);
+    r["rounds_samples_per_second"] = mine;
   }
   std::vector<json> theirs;  // this model's result of each round, with the peer's name
   json error;
@@ -247,18 +251,11 @@ json train_result(const std::vector<json>& ours, const std::vector<json>& peer_r
     r["peer_error"] = error.is_null() ? json("the peer reported no result for " + model) : error;
     return r;
   }
-  std::sort(theirs.begin(), theirs.end(), by_speed);
-  const json& p = theirs[theirs.size() / 2];
+  const auto [p, each] = median_round(theirs);
   r["peer"] = p["peer"];
   if (p.contains("threads")) r["peer_threads"] = p["threads"];
   r["peer_samples_per_second"] = p["samples_per_second"];
-  if (theirs.size() > 1) {
-    r["peer_rounds_samples_per_second"] = json::array();
-    for (const json& round : peer_rounds)
-      for (const json& q : round.value("results", json::array()))
-        if (q["model"] == model)
-          r["peer_rounds_samples_per_second"].push_back(q["samples_per_second"]);
-  }
+  if (theirs.size() > 1) r["peer_rounds_samples_per_second"] = each;
   r["ratio"] = r["samples_per_second"].get<double>() / p["samples_per_second"].get<double>();
   return r;
 }

@@ -115,7 +115,7 @@ inline Pool pool(const OpCall& call) {
   const Shape& y = forward ? call.out(0).shape() : call.in(0).shape();
   const Pool2dAttrs& a = call.attr<Pool2dAttrs>();
   auto i = [](std::int64_t v) { return static_cast<std::int32_t>(v); };
-  return {i(x[0] * x[1]), i(x[2]),   i(x[3]),    i(y[2]),   i(y[3]),
+  return {i(x[0] * x[1]), i(x[2]),    i(x[3]),    i(y[2]),   i(y[3]),
           a.kernel_h,     a.kernel_w, a.stride_h, a.stride_w};
 }
 
@@ -215,6 +215,20 @@ inline std::int32_t offset_of(const Tensor& t) {
 
 inline std::int32_t numel_of(const Tensor& t) {
   return static_cast<std::int32_t>(t.numel());
+}
+
+// The add an addmm call's bias step is: output += bias on every row, in place over the output
+// (the bias expanded to the output's shape, stride 0 along the rows). The plugins run it with
+// their add kernel right after the GEMM.
+inline OpCall bias_add_of(const OpCall& addmm) {
+  const Tensor& y = addmm.out(0);
+  OpCall add{};
+  add.op = OpId::add;
+  add.num_inputs = 2;
+  add.num_outputs = 1;
+  add.inputs = {y, addmm.in(2).expand(y.shape())};
+  add.outputs = {y};
+  return add;
 }
 
 }  // namespace tessera::common

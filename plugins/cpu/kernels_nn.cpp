@@ -56,29 +56,30 @@ void gemm(Context& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n, std::i
   });
 }
 
-void matmul_kernel(const OpCall& call, Context& ctx) {
+// out = op(in0) op(in1) + beta * out, for a matmul or addmm call.
+void gemm_of(const OpCall& call, Context& ctx, float beta) {
   const auto& at = call.attr<MatmulAttrs>();
   const Tensor &a = call.in(0), &b = call.in(1);
   const std::int64_t m = call.out(0).dim(0), n = call.out(0).dim(1);
   const std::int64_t k = at.trans_a ? a.dim(0) : a.dim(1);
   gemm(ctx, at.trans_a, at.trans_b, m, n, k, in_ptr(call, 0), a.dim(1), in_ptr(call, 1), b.dim(1),
-       0.0f, out_ptr(call, 0), n);
+       beta, out_ptr(call, 0), n);
+}
+
+void matmul_kernel(const OpCall& call, Context& ctx) {
+  gemm_of(call, ctx, 0.0f);
 }
 
 // C = op(A) op(B) + bias: C's rows start as the bias and the GEMM accumulates onto them (beta 1),
 // which saves OpenBLAS's pass zeroing C (beta 0) and a separate pass adding the bias.
 void addmm_kernel(const OpCall& call, Context& ctx) {
-  const auto& at = call.attr<MatmulAttrs>();
-  const Tensor &a = call.in(0), &b = call.in(1);
   const std::int64_t m = call.out(0).dim(0), n = call.out(0).dim(1);
-  const std::int64_t k = at.trans_a ? a.dim(0) : a.dim(1);
   const float* bias = in_ptr(call, 2);
   float* c = out_ptr(call, 0);
   ctx.pool.parallel_for(m, row_grain(n), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) std::copy_n(bias, n, c + r * n);
   });
-  gemm(ctx, at.trans_a, at.trans_b, m, n, k, in_ptr(call, 0), a.dim(1), in_ptr(call, 1), b.dim(1),
-       1.0f, c, n);
+  gemm_of(call, ctx, 1.0f);
 }
 
 // The geometry of one conv2d call.

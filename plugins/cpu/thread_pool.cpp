@@ -77,10 +77,7 @@ void ThreadPool::worker() {
       }
     }
     seen = generation_.load(std::memory_order_acquire);
-    {
-      std::lock_guard lock(mu_);
-      if (stop_) return;
-    }
+    if (stop_.load(std::memory_order_acquire)) return;
     run_chunks();
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }

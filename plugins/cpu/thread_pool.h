@@ -58,9 +58,9 @@ class ThreadPool {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<int> pending_{0};   // workers that have not finished the current job
   std::atomic<int> sleeping_{0};  // workers blocked on wake_
-  std::mutex mu_;                 // guards sleeping on wake_, stop_ and error_
+  std::mutex mu_;                 // guards sleeping on wake_ and error_
   std::condition_variable wake_;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};  // set before the destructor's last generation bump
   std::exception_ptr error_;
 };
 

@@ -311,14 +311,7 @@ constexpr char kConv[] = "conv2d", kConvInput[] = "conv2d_backward_input";
 // would be; a bias epilogue in the GEMM kernel is the next step).
 void addmm(const OpCall& call, Context& ctx) {
   matmul(call, ctx);
-  const Tensor& y = call.out(0);
-  OpCall add{};
-  add.op = OpId::add;
-  add.num_inputs = 2;
-  add.num_outputs = 1;
-  add.inputs = {y, call.in(2).expand(y.shape())};
-  add.outputs = {y};
-  binary<kAdd>(add, ctx);
+  binary<kAdd>(common::bias_add_of(call), ctx);
 }
 
 }  // namespace

@@ -251,14 +251,7 @@ void matmul(const OpCall& call, VulkanDevice& dev) {
 // add would be; a bias epilogue in the GEMM shader is the next step).
 void addmm(const OpCall& call, VulkanDevice& dev) {
   matmul(call, dev);
-  const Tensor& y = call.out(0);
-  OpCall add{};
-  add.op = OpId::add;
-  add.num_inputs = 2;
-  add.num_outputs = 1;
-  add.inputs = {y, call.in(2).expand(y.shape())};
-  add.outputs = {y};
-  binary<0>(add, dev);
+  binary<0>(common::bias_add_of(call), dev);
 }
 
 // kOp 0 conv2d (x, w) -> y, 1 conv2d_backward_input (gy, w) -> dx: one invocation per output.
