@@ -9,14 +9,9 @@ namespace {
 // Each loop is a function of plain values and __restrict pointers, so that the compiler
 // vectorises it: inside a lambda the attributes live in the closure, which the stores through p
 // and v might (as far as the compiler knows) overwrite, so every iteration reloaded them, scalar.
-struct Sgd {
-  float lr, wd, mom, damp;
-  bool first_step, nesterov;
-};
-
-void sgd_range(const Sgd a, const float* __restrict g, float* __restrict p, float* __restrict v,
-               std::int64_t b, std::int64_t e) {
-  const float lr = a.lr, wd = a.wd, mom = a.mom, damp = a.damp;
+void sgd_range(const SgdAttrs a, const float* __restrict g, float* __restrict p,
+               float* __restrict v, std::int64_t b, std::int64_t e) {
+  const float lr = a.lr, wd = a.weight_decay, mom = a.momentum, damp = 1 - a.dampening;
   if (mom == 0) {
     for (std::int64_t i = b; i < e; ++i) p[i] -= lr * (g[i] + wd * p[i]);
   } else if (a.first_step) {
@@ -43,8 +38,7 @@ void sgd_range(const Sgd a, const float* __restrict g, float* __restrict p, floa
 }
 
 void sgd_kernel(const OpCall& call, Context& ctx) {
-  const SgdAttrs& at = call.attr<SgdAttrs>();
-  const Sgd a{at.lr, at.weight_decay, at.momentum, 1 - at.dampening, at.first_step, at.nesterov};
+  const SgdAttrs& a = call.attr<SgdAttrs>();
   const float* g = in_ptr(call, 0);
   float* p = out_ptr(call, 0);
   float* v = out_ptr(call, 1);
