@@ -169,20 +169,19 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
   // bias gradient ([N,C,H,W] to [C,1,1]) is two sums over [N, C, H*W] instead of three passes,
   // the first over lines of W elements. Innermost first: each sum then shrinks the next.
   const int lead = grad.rank() - shape.rank();
-  Tensor g = grad.is_contiguous() ? grad : grad.contiguous();
   Shape merged;
   std::vector<bool> summed;
-  for (int d = 0; d < g.rank(); ++d) {
-    const bool sum = d < lead || (shape[d - lead] == 1 && g.dim(d) != 1);
-    if (g.dim(d) == 1) continue;  // size-1 dimensions go either way
+  for (int d = 0; d < grad.rank(); ++d) {
+    if (grad.dim(d) == 1) continue;  // size-1 dimensions go either way
+    const bool sum = d < lead || shape[d - lead] == 1;
     if (!summed.empty() && summed.back() == sum) {
-      merged[merged.rank() - 1] *= g.dim(d);
+      merged[merged.rank() - 1] *= grad.dim(d);
     } else {
-      merged.push_back(g.dim(d));
+      merged.push_back(grad.dim(d));
       summed.push_back(sum);
     }
   }
-  g = g.reshape(merged);
+  Tensor g = grad.reshape(merged);  // copies a non-contiguous gradient first
   for (int d = merged.rank() - 1; d >= 0; --d)
     if (summed[static_cast<std::size_t>(d)]) g = tessera::sum(g, d);
   return g.reshape(shape);
