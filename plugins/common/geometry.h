@@ -1,6 +1,7 @@
-// Host-side launch geometry shared by the GPU plugins (vulkan, opencl): how an op call maps onto
-// the flat index spaces their kernels walk. Header-only; the kernels themselves stay per plugin
-// (GLSL and OpenCL C), and each reads the structs below field by field in this order.
+// Host-side launch geometry shared by the plugins (vulkan and opencl; the cpu plugin uses
+// merge_dims): how an op call maps onto the flat index spaces their kernels walk. Header-only; the
+// kernels themselves stay per plugin (GLSL and OpenCL C), and each reads the structs below field by
+// field in this order.
 #pragma once
 
 #include <algorithm>
@@ -30,29 +31,41 @@ struct Strided {
   std::int32_t stride[2][kRank] = {};
 };
 
-inline Strided strided(const Shape& shape, const Tensor* inputs, int count) {
-  Strided g;
-  g.n = static_cast<std::int32_t>(shape.numel());
-  // Merge from the innermost dimension outwards.
-  std::int64_t ext[kRank], str[2][kRank];
-  int r = 0;
-  for (int d = shape.rank() - 1; d >= 0; --d) {
+// |shape| with every run of adjacent dimensions that all |count| inputs walk as one merged into
+// one dimension, size-1 dimensions dropped (outermost first, 64-bit): a contiguous call has rank
+// 1, a [N,C,H,W] + [C,1,1] bias add is [N, C, H*W].
+struct MergedDims {
+  Shape shape;
+  Strides stride[2];
+};
+
+inline MergedDims merge_dims(const Shape& shape, const Tensor* inputs, int count) {
+  MergedDims m;
+  for (int d = 0; d < shape.rank(); ++d) {
     if (shape[d] == 1) continue;
-    bool merge = r > 0;
+    const int last = m.shape.rank() - 1;
+    bool merge = last >= 0;
     for (int k = 0; k < count && merge; ++k)
-      merge = inputs[k].strides()[d] == str[k][r - 1] * ext[r - 1];
+      merge = m.stride[k][last] == inputs[k].strides()[d] * shape[d];
     if (merge) {
-      ext[r - 1] *= shape[d];
+      m.shape[last] *= shape[d];
+      for (int k = 0; k < count; ++k) m.stride[k][last] = inputs[k].strides()[d];
       continue;
     }
-    ext[r] = shape[d];
-    for (int k = 0; k < count; ++k) str[k][r] = inputs[k].strides()[d];
-    ++r;
+    m.shape.push_back(shape[d]);
+    for (int k = 0; k < count; ++k) m.stride[k].push_back(inputs[k].strides()[d]);
   }
-  g.rank = r;
-  for (int i = 0; i < r; ++i) {  // back to outermost-first
-    g.shape[i] = static_cast<std::int32_t>(ext[r - 1 - i]);
-    for (int k = 0; k < count; ++k) g.stride[k][i] = static_cast<std::int32_t>(str[k][r - 1 - i]);
+  return m;
+}
+
+inline Strided strided(const Shape& shape, const Tensor* inputs, int count) {
+  const MergedDims m = merge_dims(shape, inputs, count);
+  Strided g;
+  g.n = static_cast<std::int32_t>(shape.numel());
+  g.rank = m.shape.rank();
+  for (int i = 0; i < g.rank; ++i) {
+    g.shape[i] = static_cast<std::int32_t>(m.shape[i]);
+    for (int k = 0; k < count; ++k) g.stride[k][i] = static_cast<std::int32_t>(m.stride[k][i]);
   }
   return g;
 }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "../common/geometry.h"
 #include "kernels.h"
 
 namespace tessera::cpu {
@@ -33,25 +34,11 @@ void binary(const OpCall& call, Context& ctx, F f) {
     });
     return;
   }
-  // Adjacent dimensions merge where both views step through them as one (a [N,C,H,W] + [C,1,1]
-  // bias add becomes [N, C, H*W] with rows of H*W elements, not of W).
-  Shape shape;
-  Strides st_a, st_b;
-  for (int d = 0; d < call.out(0).rank(); ++d) {
-    const std::int64_t extent = call.out(0).dim(d);
-    if (extent == 1) continue;
-    const int last = shape.rank() - 1;
-    if (last >= 0 && st_a[last] == a.strides()[d] * extent &&
-        st_b[last] == b.strides()[d] * extent) {
-      shape[last] *= extent;
-      st_a[last] = a.strides()[d];
-      st_b[last] = b.strides()[d];
-      continue;
-    }
-    shape.push_back(extent);
-    st_a.push_back(a.strides()[d]);
-    st_b.push_back(b.strides()[d]);
-  }
+  // Dimensions both views step through as one are merged (common::merge_dims): a [N,C,H,W] +
+  // [C,1,1] bias add runs over rows of H*W elements, not of W.
+  const common::MergedDims merged = common::merge_dims(call.out(0).shape(), call.inputs.data(), 2);
+  const Shape& shape = merged.shape;
+  const Strides &st_a = merged.stride[0], &st_b = merged.stride[1];
   const int rank = shape.rank();
   const std::int64_t inner = rank ? shape[rank - 1] : 1;
   const std::int64_t sa = rank ? st_a[rank - 1] : 0, sb = rank ? st_b[rank - 1] : 0;
