@@ -71,7 +71,7 @@ std::vector<float> random_vector(std::size_t n, std::mt19937& rng) {
 
 // OpenBLAS's cblas_sgemm, opened like the CPU plugin opens it (one shared instance per process).
 // The peer runs as an application calling OpenBLAS would: with OpenBLAS's own threads, one per
-// core. The CPU plugin sets OpenBLAS back to one thread before its own GEMMs (openblas.h).
+// core. The CPU plugin sets OpenBLAS back to one thread before its own GEMMs (blas.h).
 struct OpenBlas {
   using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
                          float, float*, int);

@@ -1,13 +1,39 @@
 #include "device.h"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
 #include <fmt/format.h>
 
 namespace tessera::cpu {
+
+// The pool's size and where it came from.
+struct Threads {
+  int count;
+  const char* from;
+};
+
 namespace {
+
+// The widest vector instructions this CPU and OS support, for tessera-devices.
+std::string simd_level() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f"))
+    return __builtin_cpu_supports("avx512bf16") ? "AVX-512 (with BF16)" : "AVX-512";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "AVX2";
+  if (__builtin_cpu_supports("avx")) return "AVX";
+  return "SSE2";
+#else
+  return "baseline";
+#endif
+}
 
 // "model name" and "vendor_id" of the first processor in /proc/cpuinfo.
 std::pair<std::string, std::string> cpu_model() {
@@ -25,27 +51,45 @@ std::pair<std::string, std::string> cpu_model() {
   return {model, vendor};
 }
 
-int thread_count() {
+// TESSERA_CPU_THREADS when set, else the CPUs this process may run on (its affinity mask, which
+// taskset and container CPU sets narrow), else the machine's count.
+Threads thread_count() {
+  constexpr int kMaxThreads = 1024;
+  if (const char* env = std::getenv("TESSERA_CPU_THREADS"); env && *env) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end != '\0' || n < 1 || n > kMaxThreads)
+      throw std::runtime_error(fmt::format(
+          "TESSERA_CPU_THREADS='{}' is not a thread count: give a whole number from 1 to {}, or "
+          "unset it to use one thread per CPU this process may run on",
+          env, kMaxThreads));
+    return {static_cast<int>(n), "TESSERA_CPU_THREADS"};
+  }
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return {std::min(CPU_COUNT(&set), kMaxThreads), "one per CPU this process may run on"};
   const unsigned n = std::thread::hardware_concurrency();
-  return n ? static_cast<int>(n) : 1;
+  return {n ? static_cast<int>(std::min<unsigned>(n, kMaxThreads)) : 1, "one per CPU"};
 }
 
 }  // namespace
 
-CpuDevice::CpuDevice() : pool_(thread_count()), ctx_{pool_, blas(), scratch_} {
+CpuDevice::CpuDevice() : CpuDevice(thread_count()) {}
+
+CpuDevice::CpuDevice(Threads threads) : pool_(threads.count), ctx_{pool_, blas(), scratch_} {
   const auto [model, vendor] = cpu_model();
   const Blas& b = ctx_.blas;
   info_.name = model;
   info_.type = DeviceType::cpu;
   info_.vendor = vendor;
-  info_.driver = fmt::format("{} ({})", b.version.empty() ? "OpenBLAS" : b.version, b.core);
+  info_.driver = fmt::format("{} ({})", b.version, b.kernels);
   info_.compute_units = pool_.size();
   info_.score = 100;  // the native CPU plugin beats Vulkan or OpenCL drivers that run on the CPU
   info_.properties = {
-      {"threads", std::to_string(pool_.size())},
-      {"blas library", b.library},
-      {"blas kernels", fmt::format("{} ({})", b.core, b.core_from)},
-      {"simd", core_type_for_this_cpu().empty() ? "baseline" : core_type_for_this_cpu()},
+      {"threads", fmt::format("{} ({})", pool_.size(), threads.from)},
+      {"gemm library", fmt::format("{}, {}", b.version, b.file)},
+      {"gemm kernels", fmt::format("{} ({})", b.kernels, b.why)},
+      {"simd", simd_level()},
   };
   register_elementwise(kernels_, ctx_);
   register_reductions(kernels_, ctx_);

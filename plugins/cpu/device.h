@@ -1,4 +1,4 @@
-// The CPU device: host memory, a synchronous queue, OpenBLAS and a thread pool.
+// The CPU device: host memory, a synchronous queue, a GEMM library (blas.h) and a thread pool.
 #pragma once
 
 #include "kernels.h"
@@ -7,8 +7,12 @@
 
 namespace tessera::cpu {
 
+struct Threads;
+
 class CpuDevice final : public Device {
  public:
+  // Throws std::runtime_error when TESSERA_CPU_THREADS or TESSERA_CPU_GEMM is malformed, or no
+  // GEMM library loads (the plugin then reports that reason).
   CpuDevice();
   const DeviceInfo& info() const override { return info_; }
   Allocator& allocator() override { return allocator_; }
@@ -18,6 +22,7 @@ class CpuDevice final : public Device {
   }
 
  private:
+  explicit CpuDevice(Threads threads);
   DeviceInfo info_;
   HostAllocator allocator_{"cpu:0"};
   HostQueue queue_;

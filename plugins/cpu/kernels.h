@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "openblas.h"
+#include "blas.h"
 #include "tessera/kernel.h"
 #include "thread_pool.h"
 

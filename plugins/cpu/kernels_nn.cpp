@@ -1,4 +1,4 @@
-// GEMM (OpenBLAS), conv2d as im2col + GEMM, and max pooling.
+// GEMM (oneDNN or OpenBLAS, blas.h), conv2d as im2col + GEMM, and max pooling.
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -20,11 +20,7 @@ void gemm_serial(const Blas& blas, bool ta, bool tb, std::int64_t m, std::int64_
         c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  blas.sgemm(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, static_cast<int>(m),
-             static_cast<int>(n), static_cast<int>(k), 1.0f, a,
-             static_cast<int>(std::max<std::int64_t>(lda, 1)), b,
-             static_cast<int>(std::max<std::int64_t>(ldb, 1)), beta, c,
-             static_cast<int>(std::max<std::int64_t>(ldc, 1)));
+  blas.sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 // Below this many multiply-adds a GEMM runs on one thread: cutting it costs more than it saves.
@@ -32,11 +28,10 @@ constexpr std::int64_t kGemmSplitMacs = 1 << 18;
 
 // The same GEMM cut into one block of C per pool thread: column blocks (multiples of 16, the
 // width of an AVX-512 register) when C is wider than tall, row blocks otherwise. Each block is a
-// single-threaded OpenBLAS call on its own thread.
+// single-threaded call of the GEMM library on its own thread.
 void gemm(Context& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
           std::int64_t ldc) {
-  keep_blas_single_threaded(ctx.blas);
   const std::int64_t span = std::max(m, n);
   const int parts = static_cast<int>(std::min<std::int64_t>(ctx.pool.size(), span / 16));
   if (parts < 2 || m * n * k < kGemmSplitMacs || ctx.pool.in_worker()) {
@@ -71,7 +66,7 @@ void matmul_kernel(const OpCall& call, Context& ctx) {
 }
 
 // C = op(A) op(B) + bias: C's rows start as the bias and the GEMM accumulates onto them (beta 1),
-// which saves OpenBLAS's pass zeroing C (beta 0) and a separate pass adding the bias.
+// which saves the library's pass zeroing C (beta 0) and a separate pass adding the bias.
 void addmm_kernel(const OpCall& call, Context& ctx) {
   const std::int64_t m = call.out(0).dim(0), n = call.out(0).dim(1);
   const float* bias = in_ptr(call, 2);
@@ -303,12 +298,13 @@ void max_pool2d_backward_kernel(const OpCall& call, Context& ctx) {
   });
 }
 
-// OpenBLAS takes int dimensions.
+// OpenBLAS takes int dimensions (and the same limit is kept with oneDNN, so that the supported
+// calls do not depend on which library loaded).
 Support blas_sized(const OpCall& call) {
   for (int i = 0; i < call.num_inputs; ++i)
     for (std::int64_t d : call.in(i).shape())
       if (d > std::numeric_limits<int>::max())
-        return Support::no("a dimension exceeds OpenBLAS's 32-bit limit");
+        return Support::no("a dimension exceeds the GEMM library's 32-bit limit");
   return f32_only(call);
 }
 

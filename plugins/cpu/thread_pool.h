@@ -1,6 +1,6 @@
 // A fixed pool of worker threads: every parallel loop of the CPU plugin, GEMMs included, runs on
-// it (OpenBLAS is kept single-threaded, see openblas.h), so the process has one set of threads
-// that never compete with each other for the cores.
+// it (the GEMM library is kept single-threaded, see blas.h), so the process has one set of
+// threads that never compete with each other for the cores.
 #pragma once
 
 #include <atomic>

@@ -105,6 +105,48 @@ TEST(TesseraDevices, AMalformedVariableIsReportedWithExitTwo) {
   EXPECT_EQ(bad_option.code, 2);
 }
 
+// The CPU plugin's GEMM library and thread count: each choice is honoured and shown, and a
+// malformed value fails the plugin with a reason that says what is accepted.
+TEST(TesseraDevices, TheCpuGemmLibraryAndThreadCountFollowTheirVariables) {
+  const auto cpu_of = [](const std::string& env) {
+    const Result r = run(env + " TESSERA_DISABLE_PLUGINS=opencl,vulkan",
+                         std::string(DEVICES_BIN) + " --json --verbose");
+    EXPECT_EQ(r.code, 0) << r.err;
+    const json j = json::parse(r.out);
+    const json* cpu = find(j["devices"], "id", "cpu:0");
+    return cpu ? *cpu : json();
+  };
+  const json openblas = cpu_of("TESSERA_CPU_GEMM=openblas TESSERA_CPU_THREADS=3");
+  EXPECT_EQ(openblas["driver"].get<std::string>().rfind("OpenBLAS", 0), 0u) << openblas.dump();
+  EXPECT_EQ(openblas["compute_units"], 3);
+  EXPECT_EQ(openblas["properties"]["threads"], "3 (TESSERA_CPU_THREADS)");
+  // The setup script installs oneDNN (libdnnl2), so auto finds it.
+  const json onednn = cpu_of("TESSERA_CPU_GEMM=");
+  EXPECT_EQ(onednn["driver"].get<std::string>().rfind("oneDNN", 0), 0u) << onednn.dump();
+  EXPECT_NE(onednn["properties"]["gemm kernels"].get<std::string>().find("auto"),
+            std::string::npos);
+
+  for (const auto& [env, says] : std::map<std::string, std::string>{
+           {"TESSERA_CPU_GEMM=mkl",
+            "TESSERA_CPU_GEMM='mkl' is not a GEMM library: give onednn, "
+            "openblas or auto"},
+           {"TESSERA_CPU_THREADS=0", "TESSERA_CPU_THREADS='0' is not a thread count"},
+           {"TESSERA_CPU_THREADS=2x", "TESSERA_CPU_THREADS='2x' is not a thread count"}}) {
+    const Result r =
+        run(env + " TESSERA_DISABLE_PLUGINS=opencl,vulkan", std::string(DEVICES_BIN) + " --json");
+    const json j = json::parse(r.out);
+    const json* cpu = find(j["plugins"], "name", "cpu");
+    ASSERT_NE(cpu, nullptr) << env;
+    EXPECT_EQ((*cpu)["status"], "failed") << env;
+    EXPECT_NE((*cpu)["reason"].get<std::string>().find(says), std::string::npos)
+        << env << ": " << (*cpu)["reason"];
+    const Result named =
+        run(env + " TESSERA_DEVICE=cpu TESSERA_DISABLE_PLUGINS=opencl,vulkan", DEVICES_BIN);
+    EXPECT_EQ(named.code, 2) << env;
+    EXPECT_NE(named.out.find(says), std::string::npos) << env << "\n" << named.out;
+  }
+}
+
 TEST(TesseraBench, WritesJsonWithThePeerAndTheDispatchOverhead) {
   const Result r = run("", std::string(BENCH_BIN) + " --devices cpu --sizes 64 96 --repeat 2");
   ASSERT_EQ(r.code, 0) << r.err;
