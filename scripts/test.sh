@@ -28,7 +28,7 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   # use_tls=0: GCC 12's LeakSanitizer (glibc 2.36) crashes at exit while it walks the dynamic
   # thread-local storage of a dlopen'ed library that pool threads have touched (oneDNN's). Not
   # scanning thread-local storage can only add leak reports, never hide one; the few it adds
-  # (glibc's dlerror() state) are suppressed by name in tests/lsan.supp.
+  # (glibc's dlerror() state, libgomp's per-thread settings) are suppressed in tests/lsan.supp.
   ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:use_tls=0" \
     ctest --test-dir build-asan --output-on-failure --parallel "$jobs"
 fi

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -55,23 +54,7 @@ void* open_first(std::initializer_list<const char*> names, std::string& file, st
 // oneDNN, when it loads and its threads can be held to one per call (an OpenMP or sequential
 // build); otherwise empty, with the reason in |error|.
 bool load_onednn(Blas& b, std::string& error) {
-  // OpenMP (libgomp) reads OMP_NUM_THREADS once, when it is loaded. If oneDNN brings it into the
-  // process, it starts at one thread, so that no call has to change it (the environment is put back
-  // at once: child processes see the user's value). Where the process already had OpenMP, each
-  // call sets one thread on its own thread and restores the setting (Blas::sgemm), which costs
-  // libgomp a per-thread settings block on every pool thread.
-  void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
-  const char* user = std::getenv("OMP_NUM_THREADS");
-  const std::optional<std::string> saved = user ? std::optional<std::string>(user) : std::nullopt;
-  if (!gomp) setenv("OMP_NUM_THREADS", "1", 1);
   void* h = open_first({"libdnnl.so.2", "libdnnl.so.3", "libdnnl.so"}, b.file, error);
-  if (gomp) {
-    dlclose(gomp);  // only drops the reference RTLD_NOLOAD took
-  } else if (saved) {
-    setenv("OMP_NUM_THREADS", saved->c_str(), 1);
-  } else {
-    unsetenv("OMP_NUM_THREADS");
-  }
   if (!h) return false;
   const auto unusable = [&](std::string why) {
     dlclose(h);
@@ -95,7 +78,6 @@ bool load_onednn(Blas& b, std::string& error) {
         "per call; an OpenMP or sequential build is needed",
         b.file, v->cpu_runtime));
   }
-  if (b.get_threads) log().debug("cpu: oneDNN's OpenMP starts at {} thread(s)", b.get_threads());
   b.library = Blas::Library::onednn;
   b.version = fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
   b.kernels = "JIT";
