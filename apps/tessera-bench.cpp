@@ -15,12 +15,15 @@
 //             per second, beside PyTorch running the same models (bench/train_peer.py, on the CPU
 //             for cpu devices and on CUDA for GPUs; skipped with the reason when PyTorch is not
 //             importable by --torch-python). --rounds N alternates N rounds of Tessera's runs
-//             and the peer's and reports the median round of each.
+//             and the peer's and reports the median round of each. Each run also records the
+//             share of the machine's CPU time the hypervisor took during it (steal_percent, from
+//             /proc/stat), which marks the rounds a noisy VM slowed.
 #include <dlfcn.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -223,14 +226,53 @@ std::pair<json, json> median_round(std::vector<json> runs) {
   return {runs[runs.size() / 2], each};
 }
 
+// CPU time of the whole machine so far, from the first line of /proc/stat (in clock ticks): all of
+// it, and the part the hypervisor gave to other guests ("steal"). ok is false where /proc/stat
+// can not be read.
+struct CpuTimes {
+  double steal = 0, total = 0;
+  bool ok = false;
+};
+
+CpuTimes cpu_times() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  CpuTimes t;
+  double field = 0;
+  in >> cpu;
+  // user nice system idle iowait irq softirq steal [guest guest_nice: already in user and nice]
+  for (int i = 0; i < 8 && in >> field; ++i) {
+    t.total += field;
+    if (i == 7) t.steal = field, t.ok = cpu == "cpu";
+  }
+  return t;
+}
+
+// The share of the machine's CPU time taken from it by the hypervisor since |before|, in percent;
+// null where /proc/stat can not be read. On a noisy VM a slow round shows here.
+json steal_percent_since(const CpuTimes& before) {
+  const CpuTimes now = cpu_times();
+  if (!before.ok || !now.ok || now.total <= before.total) return nullptr;
+  return std::round(1000 * (now.steal - before.steal) / (now.total - before.total)) / 10;
+}
+
+// The value of |key| in each of |runs|, in order.
+json each_of(const std::vector<json>& runs, const char* key) {
+  json each = json::array();
+  for (const json& r : runs) each.push_back(r.value(key, json()));
+  return each;
+}
+
 // The train case's result for |model|: the median of Tessera's rounds beside the median of the
-// peer's rounds (each round's figure listed when there are several).
+// peer's rounds (each round's figure, and the CPU time stolen during it, listed when there are
+// several).
 json train_result(const std::vector<json>& ours, const std::vector<json>& peer_rounds,
                   const std::string& model) {
   auto [r, mine] = median_round(ours);
   if (ours.size() > 1) {
     r["rounds"] = ours.size();
     r["rounds_samples_per_second"] = mine;
+    r["rounds_steal_percent"] = each_of(ours, "steal_percent");
   }
   std::vector<json> theirs;  // this model's result of each round, with the peer's name
   json error;
@@ -244,6 +286,7 @@ json train_result(const std::vector<json>& ours, const std::vector<json>& peer_r
         json named = p;
         named["peer"] = fmt::format("{} on {}", round["peer"].get<std::string>(),
                                     round["device_name"].get<std::string>());
+        named["steal_percent"] = round.value("steal_percent", json());
         theirs.push_back(named);
       }
   }
@@ -255,7 +298,11 @@ json train_result(const std::vector<json>& ours, const std::vector<json>& peer_r
   r["peer"] = p["peer"];
   if (p.contains("threads")) r["peer_threads"] = p["threads"];
   r["peer_samples_per_second"] = p["samples_per_second"];
-  if (theirs.size() > 1) r["peer_rounds_samples_per_second"] = each;
+  r["peer_steal_percent"] = p["steal_percent"];
+  if (theirs.size() > 1) {
+    r["peer_rounds_samples_per_second"] = each;
+    r["peer_rounds_steal_percent"] = each_of(theirs, "steal_percent");
+  }
   r["ratio"] = r["samples_per_second"].get<double>() / p["samples_per_second"].get<double>();
   return r;
 }
@@ -433,13 +480,20 @@ int main(int argc, char** argv) {
         const bool run_peers = !peers.count(torch_device);
         std::map<std::string, std::vector<json>> ours;
         for (int round = 0; round < rounds; ++round) {
-          for (const std::string& model : split(models, ','))
-            ours[model].push_back(bench_train(*d, model, 128, train_steps, repeat, rng));
-          if (run_peers)
-            peers[torch_device].push_back(
-                run_peer(torch_python, peer_dir + "/train_peer.py",
-                         fmt::format("--device {} --steps {} --repeat {} --models {}", torch_device,
-                                     train_steps, repeat, models)));
+          for (const std::string& model : split(models, ',')) {
+            const CpuTimes before = cpu_times();
+            json run = bench_train(*d, model, 128, train_steps, repeat, rng);
+            run["steal_percent"] = steal_percent_since(before);
+            ours[model].push_back(std::move(run));
+          }
+          if (run_peers) {
+            const CpuTimes before = cpu_times();
+            json run = run_peer(torch_python, peer_dir + "/train_peer.py",
+                                fmt::format("--device {} --steps {} --repeat {} --models {}",
+                                            torch_device, train_steps, repeat, models));
+            if (run.is_object()) run["steal_percent"] = steal_percent_since(before);
+            peers[torch_device].push_back(std::move(run));
+          }
         }
         for (const std::string& model : split(models, ',')) {
           results.push_back(train_result(ours[model], peers[torch_device], model));

@@ -176,6 +176,29 @@ TEST(TesseraBench, WritesJsonWithThePeerAndTheDispatchOverhead) {
   EXPECT_EQ(run("", std::string(BENCH_BIN) + " --devices nosuch").code, 1);
 }
 
+// The train case's rounds: each round's samples/s and the CPU time stolen from the VM during it;
+// a peer that can not run is an error in the result, not a failed benchmark.
+TEST(TesseraBench, TrainRoundsListEachRoundWithItsStolenCpuTime) {
+  const Result r = run("TESSERA_DISABLE_PLUGINS=opencl,vulkan",
+                       std::string(BENCH_BIN) +
+                           " --devices cpu --cases train --models mlp --train-steps 2 --repeat 1"
+                           " --rounds 2 --torch-python /bin/false");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 1u) << r.out;
+  const json& res = j["results"][0];
+  EXPECT_EQ(res["model"], "mlp");
+  EXPECT_GT(res["samples_per_second"].get<double>(), 0);
+  ASSERT_EQ(res["rounds_samples_per_second"].size(), 2u);
+  ASSERT_EQ(res["rounds_steal_percent"].size(), 2u);
+  for (const json& steal : res["rounds_steal_percent"]) {
+    ASSERT_TRUE(steal.is_number()) << res.dump();  // /proc/stat is readable on Linux
+    EXPECT_GE(steal.get<double>(), 0);
+    EXPECT_LE(steal.get<double>(), 100);
+  }
+  EXPECT_NE(res["peer_error"].get<std::string>().find("failed"), std::string::npos) << res.dump();
+}
+
 TEST(TesseraDevices, ACorruptCompiledCodeCacheIsIgnoredAndRewritten) {
   // The GPU plugins cache pipelines (vulkan) and program binaries (opencl) under
   // TESSERA_CACHE_DIR. Every entry is then overwritten with garbage or cut short: the next run
