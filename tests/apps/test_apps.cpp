@@ -147,6 +147,34 @@ TEST(TesseraDevices, TheCpuGemmLibraryAndThreadCountFollowTheirVariables) {
   }
 }
 
+// A oneDNN that loads but lacks its entry points: auto falls back to OpenBLAS and says why; naming
+// oneDNN fails the plugin with the reason and how to install it.
+TEST(TesseraDevices, AnUnusableOneDnnFallsBackToOpenBlasUnlessItWasNamed) {
+  const std::string env =
+      std::string("LD_LIBRARY_PATH=") + FAKE_ONEDNN_DIR + " TESSERA_DISABLE_PLUGINS=opencl,vulkan";
+  const Result r = run(env + " TESSERA_CPU_GEMM=", std::string(DEVICES_BIN) + " --json --verbose");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json listing = json::parse(r.out);  // find() points into it
+  const json* cpu = find(listing["devices"], "id", "cpu:0");
+  ASSERT_NE(cpu, nullptr) << r.out;
+  EXPECT_EQ((*cpu)["driver"].get<std::string>().rfind("OpenBLAS", 0), 0u) << cpu->dump();
+  EXPECT_NE((*cpu)["properties"]["gemm kernels"].get<std::string>().find(
+                "auto: oneDNN not usable (libdnnl.so.2 has no dnnl_sgemm or dnnl_version)"),
+            std::string::npos)
+      << cpu->dump();
+
+  const Result named = run(env + " TESSERA_CPU_GEMM=onednn", std::string(DEVICES_BIN) + " --json");
+  const json named_listing = json::parse(named.out);
+  const json* plugin = find(named_listing["plugins"], "name", "cpu");
+  ASSERT_NE(plugin, nullptr) << named.out;
+  EXPECT_EQ((*plugin)["status"], "failed");
+  EXPECT_NE((*plugin)["reason"].get<std::string>().find(
+                "TESSERA_CPU_GEMM=onednn, but oneDNN could not be used (libdnnl.so.2 has no "
+                "dnnl_sgemm or dnnl_version); install it with apt-get install libdnnl2"),
+            std::string::npos)
+      << (*plugin)["reason"];
+}
+
 TEST(TesseraBench, WritesJsonWithThePeerAndTheDispatchOverhead) {
   const Result r = run("", std::string(BENCH_BIN) + " --devices cpu --sizes 64 96 --repeat 2");
   ASSERT_EQ(r.code, 0) << r.err;
