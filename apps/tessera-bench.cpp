@@ -216,14 +216,19 @@ json bench_train(Device& dev, const std::string& model_name, std::int64_t batch,
           {"samples_per_second", static_cast<double>(batch * steps) / s}};
 }
 
-// The median of |runs| by samples per second, and every run's figure in run order.
-std::pair<json, json> median_round(std::vector<json> runs) {
-  json each = json::array();
-  for (const json& r : runs) each.push_back(r["samples_per_second"]);
+// The median of |runs| by samples per second.
+json median_round(std::vector<json> runs) {
   std::sort(runs.begin(), runs.end(), [](const json& a, const json& b) {
     return a["samples_per_second"].get<double>() < b["samples_per_second"].get<double>();
   });
-  return {runs[runs.size() / 2], each};
+  return runs[runs.size() / 2];
+}
+
+// The value of |key| in each of |runs|, in order.
+json each_of(const std::vector<json>& runs, const char* key) {
+  json each = json::array();
+  for (const json& r : runs) each.push_back(r.value(key, json()));
+  return each;
 }
 
 // CPU time of the whole machine so far, from the first line of /proc/stat (in clock ticks): all of
@@ -241,10 +246,10 @@ CpuTimes cpu_times() {
   double field = 0;
   in >> cpu;
   // user nice system idle iowait irq softirq steal [guest guest_nice: already in user and nice]
-  for (int i = 0; i < 8 && in >> field; ++i) {
-    t.total += field;
-    if (i == 7) t.steal = field, t.ok = cpu == "cpu";
-  }
+  int fields = 0;
+  for (; fields < 8 && in >> field; ++fields) t.total += field;
+  t.steal = field;
+  t.ok = cpu == "cpu" && fields == 8;
   return t;
 }
 
@@ -256,22 +261,15 @@ json steal_percent_since(const CpuTimes& before) {
   return std::round(1000 * (now.steal - before.steal) / (now.total - before.total)) / 10;
 }
 
-// The value of |key| in each of |runs|, in order.
-json each_of(const std::vector<json>& runs, const char* key) {
-  json each = json::array();
-  for (const json& r : runs) each.push_back(r.value(key, json()));
-  return each;
-}
-
 // The train case's result for |model|: the median of Tessera's rounds beside the median of the
 // peer's rounds (each round's figure, and the CPU time stolen during it, listed when there are
 // several).
 json train_result(const std::vector<json>& ours, const std::vector<json>& peer_rounds,
                   const std::string& model) {
-  auto [r, mine] = median_round(ours);
+  json r = median_round(ours);
   if (ours.size() > 1) {
     r["rounds"] = ours.size();
-    r["rounds_samples_per_second"] = mine;
+    r["rounds_samples_per_second"] = each_of(ours, "samples_per_second");
     r["rounds_steal_percent"] = each_of(ours, "steal_percent");
   }
   std::vector<json> theirs;  // this model's result of each round, with the peer's name
@@ -294,13 +292,13 @@ json train_result(const std::vector<json>& ours, const std::vector<json>& peer_r
     r["peer_error"] = error.is_null() ? json("the peer reported no result for " + model) : error;
     return r;
   }
-  const auto [p, each] = median_round(theirs);
+  const json p = median_round(theirs);
   r["peer"] = p["peer"];
   if (p.contains("threads")) r["peer_threads"] = p["threads"];
   r["peer_samples_per_second"] = p["samples_per_second"];
   r["peer_steal_percent"] = p["steal_percent"];
   if (theirs.size() > 1) {
-    r["peer_rounds_samples_per_second"] = each;
+    r["peer_rounds_samples_per_second"] = each_of(theirs, "samples_per_second");
     r["peer_rounds_steal_percent"] = each_of(theirs, "steal_percent");
   }
   r["ratio"] = r["samples_per_second"].get<double>() / p["samples_per_second"].get<double>();
