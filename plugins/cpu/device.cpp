@@ -21,18 +21,15 @@ struct Threads {
 
 namespace {
 
-// The widest vector instructions this CPU and OS support, for tessera-devices.
+// The widest vector instructions this CPU and OS support, for tessera-devices: the level that
+// also picks OpenBLAS's kernels.
 std::string simd_level() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f"))
-    return __builtin_cpu_supports("avx512bf16") ? "AVX-512 (with BF16)" : "AVX-512";
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "AVX2";
-  if (__builtin_cpu_supports("avx")) return "AVX";
-  return "SSE2";
-#else
+  const std::string core = core_type_for_this_cpu();
+  if (core == "Cooperlake") return "AVX-512 (with BF16)";
+  if (core == "SkylakeX") return "AVX-512";
+  if (core == "Haswell") return "AVX2";
+  if (core == "SandyBridge") return "AVX";
   return "baseline";
-#endif
 }
 
 // "model name" and "vendor_id" of the first processor in /proc/cpuinfo.
