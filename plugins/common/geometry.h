@@ -103,18 +103,27 @@ inline Conv conv(const Shape& x, const Shape& w, const Shape& y, const Conv2dAtt
           i(y[2]), i(y[3]), a.stride_h, a.stride_w, a.pad_h, a.pad_w};
 }
 
-// The geometry of a conv2d, conv2d_backward_input or conv2d_backward_weight call, whichever of
-// its tensors holds x, w and y.
-inline Conv conv(const OpCall& call) {
-  const Conv2dAttrs& a = call.attr<Conv2dAttrs>();
+// The shapes of x, w and y in a conv2d, conv2d_backward_input or conv2d_backward_weight call,
+// whichever of its tensors holds them.
+struct ConvShapes {
+  const Shape &x, &w, &y;
+};
+
+inline ConvShapes conv_shapes(const OpCall& call) {
   switch (call.op) {
     case OpId::conv2d:  // (x, w) -> y
-      return conv(call.in(0).shape(), call.in(1).shape(), call.out(0).shape(), a);
+      return {call.in(0).shape(), call.in(1).shape(), call.out(0).shape()};
     case OpId::conv2d_backward_input:  // (gy, w) -> dx
-      return conv(call.out(0).shape(), call.in(1).shape(), call.in(0).shape(), a);
+      return {call.out(0).shape(), call.in(1).shape(), call.in(0).shape()};
     default:  // conv2d_backward_weight: (gy, x) -> dw
-      return conv(call.in(1).shape(), call.out(0).shape(), call.in(0).shape(), a);
+      return {call.in(1).shape(), call.out(0).shape(), call.in(0).shape()};
   }
+}
+
+// The geometry of one of those calls.
+inline Conv conv(const OpCall& call) {
+  const ConvShapes s = conv_shapes(call);
+  return conv(s.x, s.w, s.y, call.attr<Conv2dAttrs>());
 }
 
 // One max_pool2d or max_pool2d_backward: |planes| = n * c planes of h x w pooled to ho x wo.

@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "../common/geometry.h"
 #include "kernels.h"
 
 namespace tessera::cpu {
@@ -77,7 +78,8 @@ void addmm_kernel(const OpCall& call, Context& ctx) {
   gemm_of(call, ctx, 1.0f);
 }
 
-// The geometry of one conv2d call.
+// The geometry of one conv2d, conv2d_backward_input or conv2d_backward_weight call, in 64 bits
+// (common::Conv is the GPU plugins' 32-bit launch form of the same).
 struct Conv {
   std::int64_t n, c, h, w, o, kh, kw, ho, wo;
   int sh, sw, ph, pw;
@@ -87,9 +89,11 @@ struct Conv {
   std::int64_t out_size() const { return o * plane(); }
 };
 
-Conv geometry(const Shape& x, const Shape& w, const Shape& y, const Conv2dAttrs& a) {
-  return {x[0], x[1], x[2],       x[3],       w[0],    w[2],   w[3],
-          y[2], y[3], a.stride_h, a.stride_w, a.pad_h, a.pad_w};
+Conv geometry(const OpCall& call) {
+  const common::ConvShapes s = common::conv_shapes(call);
+  const Conv2dAttrs& a = call.attr<Conv2dAttrs>();
+  return {s.x[0], s.x[1], s.x[2],     s.x[3],     s.w[0],  s.w[2], s.w[3],
+          s.y[2], s.y[3], a.stride_h, a.stride_w, a.pad_h, a.pad_w};
 }
 
 // Columns [lo, hi) of output row |oh|'s input row for kernel column |j| lie inside the image;
@@ -164,8 +168,7 @@ void col2im(const Conv& g, const float* col, float* dx) {
 // pass. With fewer samples than threads, each sample's GEMM is split over the pool instead.
 
 void conv2d_kernel(const OpCall& call, Context& ctx) {
-  const Conv g = geometry(call.in(0).shape(), call.in(1).shape(), call.out(0).shape(),
-                          call.attr<Conv2dAttrs>());
+  const Conv g = geometry(call);
   const float* x = in_ptr(call, 0);
   const float* w = in_ptr(call, 1);
   float* y = out_ptr(call, 0);
@@ -181,8 +184,7 @@ void conv2d_kernel(const OpCall& call, Context& ctx) {
 }
 
 void conv2d_backward_input_kernel(const OpCall& call, Context& ctx) {
-  const Conv g = geometry(call.out(0).shape(), call.in(1).shape(), call.in(0).shape(),
-                          call.attr<Conv2dAttrs>());
+  const Conv g = geometry(call);
   const float* gy = in_ptr(call, 0);
   const float* w = in_ptr(call, 1);
   float* dx = out_ptr(call, 0);
@@ -200,8 +202,7 @@ void conv2d_backward_input_kernel(const OpCall& call, Context& ctx) {
 // dw = sum over samples of gy_b [O, P] col_b^T [P, CKK]: each thread accumulates its share of the
 // samples into its own [O, CKK] (the first into dw itself), then the shares are added.
 void conv2d_backward_weight_kernel(const OpCall& call, Context& ctx) {
-  const Conv g = geometry(call.in(1).shape(), call.out(0).shape(), call.in(0).shape(),
-                          call.attr<Conv2dAttrs>());
+  const Conv g = geometry(call);
   const float* gy = in_ptr(call, 0);
   const float* x = in_ptr(call, 1);
   float* dw = out_ptr(call, 0);
