@@ -41,6 +41,8 @@ std::size_t CachingAllocator::round_size(std::size_t bytes) {
 }
 
 Block CachingAllocator::allocate(std::size_t bytes) {
+  // No device holds 2^62 bytes; refusing here also keeps round_size from wrapping.
+  if (bytes > (std::size_t{1} << 62)) throw OutOfMemory(device_id_, bytes, raw_.memory().free);
   const std::size_t size = round_size(bytes);
   Block block;
   block.size_ = size;

@@ -1,5 +1,7 @@
 #include "tessera/errors.h"
 
+#include "tessera/checked.h"
+
 #include <fmt/format.h>
 
 namespace tessera {
@@ -24,5 +26,16 @@ OutOfMemory::OutOfMemory(std::string device, std::size_t requested, std::size_t 
       device_(std::move(device)),
       requested_(requested),
       free_(free_bytes) {}
+
+std::int64_t mul_or_throw(std::int64_t a, std::int64_t b, std::string_view what) {
+  if (auto r = checked_mul(a, b)) return *r;
+  throw InvalidArgument(fmt::format("{} overflows 64 bits ({} * {})", what, a, b));
+}
+
+std::size_t bytes_or_throw(std::int64_t count, std::size_t element_size, std::string_view what) {
+  if (auto r = checked_bytes(count, element_size)) return *r;
+  throw InvalidArgument(
+      fmt::format("{} overflows ({} elements of {} bytes)", what, count, element_size));
+}
 
 }  // namespace tessera

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "tessera/checked.h"
 #include "tessera/errors.h"
 
 namespace tessera {
@@ -27,7 +28,13 @@ int Dims::normalize_axis(int axis) const {
 
 std::int64_t Dims::numel() const {
   std::int64_t n = 1;
-  for (int i = 0; i < rank_; ++i) n *= v_[static_cast<std::size_t>(i)];
+  for (int i = 0; i < rank_; ++i) {
+    auto next = checked_mul(n, v_[static_cast<std::size_t>(i)]);
+    if (!next)
+      throw InvalidArgument(
+          fmt::format("shape {} has more elements than a 64-bit count can hold", str()));
+    n = *next;
+  }
   return n;
 }
 

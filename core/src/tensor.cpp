@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "tessera/checked.h"
 #include "tessera/device.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
@@ -27,8 +28,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device* device) {
   Device& dev = device ? *device : default_device();
   auto storage = std::make_shared<Storage>();
   storage->device = &dev;
-  storage->block =
-      dev.memory().allocate(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype));
+  storage->block = dev.memory().allocate(bytes_or_throw(
+      shape.numel(), dtype_size(dtype), fmt::format("the size of tensor {}", shape.str())));
   return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }
 

@@ -32,7 +32,7 @@ class Dims {
   const std::int64_t* end() const { return v_.data() + rank_; }
   std::int64_t back() const { return v_[static_cast<std::size_t>(rank_ - 1)]; }
 
-  // Product of the extents (1 for rank 0).
+  // Product of the extents (1 for rank 0). Throws InvalidArgument when it overflows int64.
   std::int64_t numel() const;
   // Appends one value. Throws InvalidArgument past kMaxDims.
   void push_back(std::int64_t value);

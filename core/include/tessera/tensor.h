@@ -32,7 +32,9 @@ class Tensor {
  public:
   Tensor() = default;
 
-  // An uninitialised contiguous tensor on |device| (the default device when null).
+  // An uninitialised contiguous tensor on |device| (the default device when null). Throws
+  // InvalidArgument for a negative extent or a size that overflows, OutOfMemory when the device
+  // can not hold it.
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device* device = nullptr);
   // A contiguous tensor holding a copy of |data| (numel(shape) values).
   template <typename T>
@@ -55,6 +57,7 @@ class Tensor {
   int rank() const { return shape_.rank(); }
   std::int64_t dim(int i) const { return shape_[shape_.normalize_axis(i)]; }
   std::int64_t numel() const { return shape_.numel(); }
+  // numel() * element size; the product was checked when the storage was allocated.
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
   Device& device() const { return *storage_->device; }
   bool is_contiguous() const;
