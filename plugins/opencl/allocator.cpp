@@ -7,22 +7,18 @@ namespace {
 
 constexpr std::size_t kHostAlignment = 4096;  // PoCL and integrated GPUs use such memory in place
 
-// Frees host memory behind a CL_MEM_USE_HOST_PTR buffer once OpenCL has destroyed the buffer,
-// which it does only after the work queued on it has finished.
-void CL_CALLBACK free_host(cl_mem, void* host) {
-  std::free(host);
-}
-
 }  // namespace
 
 OpenclBuffer::~OpenclBuffer() {
   owner_.release(size_);
-  clReleaseMemObject(mem_);
+  clReleaseMemObject(mem_);  // OpenCL destroys it once the work queued on it has finished
+  if (host_) owner_.queue().hold_until_queued_work_done(host_);
 }
 
 OpenclAllocator::OpenclAllocator(cl_context context, cl_device_id device, std::string id,
-                                 bool host_memory)
+                                 bool host_memory, OpenclQueue& queue)
     : context_(context),
+      queue_(queue),
       id_(std::move(id)),
       host_memory_(host_memory),
       total_(device_value<cl_ulong>(device, CL_DEVICE_GLOBAL_MEM_SIZE)),
@@ -57,7 +53,6 @@ std::unique_ptr<Buffer> OpenclAllocator::allocate(std::size_t bytes) {
       throw OutOfMemory(id_, bytes, memory().free);
     check(err, "clCreateBuffer", id_);
   }
-  if (host) clSetMemObjectDestructorCallback(mem, free_host, host);
   return std::make_unique<OpenclBuffer>(mem, size, host, *this);
 }
 

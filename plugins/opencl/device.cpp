@@ -130,8 +130,8 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
 
   // Devices that share the host's memory use host allocations in place (zero copy).
   const bool host_memory = info_.type == DeviceType::cpu || unified;
-  allocator_ = std::make_unique<OpenclAllocator>(context_, device, id, host_memory);
   queue_ = std::make_unique<OpenclQueue>(context_, device, id);
+  allocator_ = std::make_unique<OpenclAllocator>(context_, device, id, host_memory, *queue_);
   programs_ = std::make_unique<Programs>(
       context_, device, id, fmt::format("{}|{}|{}", info_.name, info_.driver, platform_version));
 

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstddef>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,9 +36,50 @@ T device_value(cl_device_id d, cl_device_info what) {
   return v;
 }
 
+// The device's in-order queue. write() stages the bytes in a host copy and returns; read() and
+// synchronize() wait. Host memory that queued commands still use (staging copies, the memory
+// behind host-memory buffers being destroyed) is held with the event of the last command using
+// it and freed once that event has completed, which the queue polls at its next write, read or
+// synchronize. No OpenCL event or destructor callback is used anywhere: driver callback threads
+// deadlocked against blocking calls on NVIDIA. Thread-safe.
+class OpenclQueue final : public Queue {
+ public:
+  OpenclQueue(cl_context context, cl_device_id device, std::string id);
+  // Waits for all queued work, then frees what is held.
+  ~OpenclQueue() override;
+  void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
+  void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
+  void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
+            std::size_t bytes) override;
+  void synchronize() override;
+  // Takes |memory| (from std::malloc or std::aligned_alloc) and frees it once all work queued so
+  // far has finished. Never throws (without a marker event it waits for the queue instead).
+  void hold_until_queued_work_done(void* memory) noexcept;
+  cl_command_queue handle() const { return queue_; }
+  const std::string& id() const { return id_; }
+
+ private:
+  struct Held {
+    cl_event done;      // the last command that uses |memory|
+    void* memory;       // freed with std::free
+    std::size_t bytes;  // counted against the staging bound (0: not staging)
+  };
+  // Takes |memory| and its event; may wait for the oldest work when too much staging is held.
+  void hold_until_done(void* memory, std::size_t bytes, cl_event done);
+  // Frees what finished work held; waits while more than |keep_bytes| is held. |lock| holds mu_.
+  void release_finished(std::unique_lock<std::mutex>& lock, std::size_t keep_bytes);
+
+  cl_command_queue queue_;
+  std::string id_;
+  std::mutex mu_;
+  std::deque<Held> held_;
+  std::size_t held_bytes_ = 0;
+};
+
 // One cl_mem. |host| is set when the memory is the host's own (CL_MEM_USE_HOST_PTR on a device
 // that shares host memory), and then host_ptr() returns it. Releasing a cl_mem with work queued
-// on it is safe: OpenCL keeps it alive until that work is done.
+// on it is safe: OpenCL keeps it alive until that work is done, and the queue frees the host
+// memory behind it only after all work queued before the release has finished.
 class OpenclBuffer final : public Buffer {
  public:
   OpenclBuffer(cl_mem mem, std::size_t size, void* host, class OpenclAllocator& owner)
@@ -59,38 +101,22 @@ class OpenclBuffer final : public Buffer {
 // refuses with OutOfMemory before the driver would fail later, at first use.
 class OpenclAllocator final : public Allocator {
  public:
-  OpenclAllocator(cl_context context, cl_device_id device, std::string id, bool host_memory);
+  OpenclAllocator(cl_context context, cl_device_id device, std::string id, bool host_memory,
+                  OpenclQueue& queue);
   std::unique_ptr<Buffer> allocate(std::size_t bytes) override;
   MemoryInfo memory() const override;
   void release(std::size_t bytes) noexcept;
+  OpenclQueue& queue() const { return queue_; }
 
  private:
   cl_context context_;
+  OpenclQueue& queue_;  // frees host memory once the work queued on it has finished
   std::string id_;
   bool host_memory_;       // allocate host memory and let the device use it in place
   std::size_t total_;      // CL_DEVICE_GLOBAL_MEM_SIZE
   std::size_t max_alloc_;  // CL_DEVICE_MAX_MEM_ALLOC_SIZE
   mutable std::mutex mu_;
   std::size_t used_ = 0;
-};
-
-// The device's in-order queue. write() stages the bytes in a copy freed by the command's
-// completion callback, so it never waits; read() blocks; nothing else waits for the device.
-class OpenclQueue final : public Queue {
- public:
-  OpenclQueue(cl_context context, cl_device_id device, std::string id);
-  ~OpenclQueue() override;
-  void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
-  void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
-  void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
-            std::size_t bytes) override;
-  void synchronize() override;
-  cl_command_queue handle() const { return queue_; }
-  const std::string& id() const { return id_; }
-
- private:
-  cl_command_queue queue_;
-  std::string id_;
 };
 
 // GEMM tile sizes (gemm.cl), chosen per device.
@@ -146,8 +172,8 @@ class OpenclDevice final : public Device {
  private:
   cl_context context_ = nullptr;
   DeviceInfo info_;
+  std::unique_ptr<OpenclQueue> queue_;  // before allocator_, which refers to it
   std::unique_ptr<OpenclAllocator> allocator_;
-  std::unique_ptr<OpenclQueue> queue_;
   std::unique_ptr<Programs> programs_;
   std::mutex launch_mu_;
   std::unique_ptr<Context> ctx_;
