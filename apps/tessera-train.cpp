@@ -31,6 +31,12 @@ struct Args {
   bool resume = false, quiet = false;
 };
 
+// Counts the epochs a fit trains (none when the checkpoint resumed from reached --epochs).
+struct EpochCounter final : Callback {
+  int count = 0;
+  void on_epoch_end(Trainer&, const EpochMetrics&) override { ++count; }
+};
+
 std::unique_ptr<Optimizer> make_optimizer(const Args& a, Module& model) {
   if (a.optimizer == "sgd") {
     SgdOptions o;
@@ -58,6 +64,7 @@ int run(const Args& a) {
   to.seed = a.seed;
   to.limit_train_batches = a.limit_train;
   to.limit_test_batches = a.limit_test;
+  to.enable_progress_bar = !a.quiet;
 
   std::filesystem::path resume_from;
   if (a.resume) {
@@ -72,11 +79,12 @@ int run(const Args& a) {
   // Check what can fail early before any work: options, gnuplot, then the device and the data.
   std::shared_ptr<Callback> plot;
   if (!a.plot.empty()) plot = std::make_shared<LossPlot>(a.plot);
-  if (!a.quiet) to.callbacks.push_back(std::make_shared<ProgressBar>(stdout));
   if (!a.metrics.empty()) to.callbacks.push_back(std::make_shared<CsvLogger>(a.metrics));
   if (!a.checkpoint_dir.empty())
     to.callbacks.push_back(std::make_shared<ModelCheckpoint>(a.checkpoint_dir));
   if (plot) to.callbacks.push_back(plot);
+  auto epochs = std::make_shared<EpochCounter>();
+  to.callbacks.push_back(epochs);
 
   Trainer trainer(to);
   const Dataset train_set = load_mnist_split(a.data, "train");
@@ -95,10 +103,12 @@ int run(const Args& a) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const Device& dev = trainer.device();
-  if (history.empty()) {
-    fmt::print("Nothing to train: the checkpoint already has {} epoch(s) (--epochs {}).\n",
-               trainer.progress().epoch, a.epochs);
-  } else {
+  if (epochs->count == 0)
+    fmt::print(
+        "Nothing to train: {} already has {} epoch(s) and --epochs is {}; pass --epochs {} or "
+        "more to train on.\n",
+        resume_from.string(), trainer.progress().epoch, a.epochs, trainer.progress().epoch + 1);
+  if (!history.empty()) {
     const EpochMetrics& last = history.back();
     fmt::print("Test accuracy: {:.2f}% after {} epoch(s) | {:.1f} s | {} on {} ({})\n",
                100 * last.test_accuracy, last.epoch, seconds, a.model, dev.id(), dev.info().name);
@@ -108,6 +118,11 @@ int run(const Args& a) {
       fmt::print("Fallback: {} op(s) ran on {} instead of {} ({} moved)\n", r.ops, r.to, r.from,
                  format_bytes(r.bytes));
   return 0;
+}
+
+// A default as a user writes it in --help: 0.9, not boost's 0.90000000000000002.
+std::string as_written(double v) {
+  return fmt::format("{}", v);
 }
 
 }  // namespace
@@ -125,8 +140,8 @@ int main(int argc, char** argv) {
       ("batch-size", po::value(&a.batch_size)->default_value(a.batch_size), "samples per step")
       ("optimizer", po::value(&a.optimizer)->default_value(a.optimizer), "sgd (momentum 0.9) or adam")
       ("lr", po::value(&a.lr), "learning rate (default: 0.05 for sgd, 0.001 for adam)")
-      ("momentum", po::value(&a.momentum)->default_value(a.momentum), "SGD momentum")
-      ("weight-decay", po::value(&a.weight_decay)->default_value(a.weight_decay), "L2 weight decay")
+      ("momentum", po::value(&a.momentum)->default_value(a.momentum, as_written(a.momentum)), "SGD momentum")
+      ("weight-decay", po::value(&a.weight_decay)->default_value(a.weight_decay, as_written(a.weight_decay)), "L2 weight decay")
       ("seed", po::value(&a.seed)->default_value(a.seed), "seed of initialisation, shuffling and dropout")
       ("data", po::value(&a.data)->default_value(a.data), "directory of the IDX files (train-*, t10k-*)")
       ("accelerator", po::value(&a.accelerator)->default_value(a.accelerator),
@@ -136,8 +151,8 @@ int main(int argc, char** argv) {
       ("resume", po::bool_switch(&a.resume), "continue from the newest checkpoint in --checkpoint-dir")
       ("metrics", po::value(&a.metrics), "write per-epoch metrics to this CSV file")
       ("plot", po::value(&a.plot), "draw loss and accuracy curves into this .png/.svg/.pdf (gnuplot)")
-      ("limit-train-batches", po::value(&a.limit_train)->default_value(0), "train on this many batches per epoch (0: all)")
-      ("limit-test-batches", po::value(&a.limit_test)->default_value(0), "evaluate on this many batches (0: all)")
+      ("limit-train-batches", po::value(&a.limit_train)->default_value(a.limit_train), "train on this many batches per epoch (0: all)")
+      ("limit-test-batches", po::value(&a.limit_test)->default_value(a.limit_test), "evaluate on this many batches (0: all)")
       ("quiet,q", po::bool_switch(&a.quiet), "no progress output, only the summary");
   // clang-format on
   po::variables_map vm;
@@ -157,6 +172,11 @@ int main(int argc, char** argv) {
         std::pair{a.optimizer != "sgd" && a.optimizer != "adam", "--optimizer: use sgd or adam"},
         std::pair{a.epochs < 1, "--epochs: use 1 or more"},
         std::pair{a.batch_size < 1, "--batch-size: use 1 or more"},
+        std::pair{a.devices < 1, "--devices: use 1 or more"},
+        std::pair{a.limit_train < 0, "--limit-train-batches: use 0 (all) or more"},
+        std::pair{a.limit_test < 0, "--limit-test-batches: use 0 (all) or more"},
+        std::pair{!(a.momentum >= 0), "--momentum: use 0 or more"},
+        std::pair{!(a.weight_decay >= 0), "--weight-decay: use 0 or more"},
         std::pair{vm.count("lr") && !(a.lr > 0), "--lr: use a positive number"}})
     if (bad) {
       std::cerr << "tessera-train: " << ok << "\n";

@@ -1,12 +1,15 @@
 #include "tessera/file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -20,6 +23,47 @@ namespace tessera {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Whether |name| is a temporary file of target |base| as replace_file_atomic names them
+// (BASE.tmp.PID.THREAD.COUNT, decimal numbers) whose writer process no longer exists; a process
+// that exists (kill answers anything but ESRCH, EPERM included) is a live writer.
+bool stale_temporary(std::string_view name, std::string_view base) {
+  const std::string prefix = std::string(base) + ".tmp.";
+  if (!name.starts_with(prefix)) return false;
+  std::string_view rest = name.substr(prefix.size());
+  long long numbers[3] = {};
+  for (int i = 0; i < 3; ++i) {
+    const std::size_t dot = i < 2 ? rest.find('.') : rest.size();
+    if (dot == std::string_view::npos || dot == 0) return false;
+    const auto [end, ec] = std::from_chars(rest.data(), rest.data() + dot, numbers[i]);
+    if (ec != std::errc() || end != rest.data() + dot || numbers[i] < 0) return false;
+    rest = i < 2 ? rest.substr(dot + 1) : std::string_view();
+  }
+  const long long pid = numbers[0];
+  if (pid <= 0 || pid > std::numeric_limits<pid_t>::max() || pid == ::getpid()) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH;
+}
+
+// Removes the temporary files of |path| that writers killed mid-save left behind. Best effort:
+// never throws, never removes a live writer's file (nor anything not a regular file).
+void remove_stale_temporaries(const fs::path& path) noexcept {
+  try {
+    const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    const std::string base = path.filename().string();
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (!stale_temporary(name, base) || !it->is_regular_file(ec) || ec) continue;
+      if (::unlink(it->path().c_str()) == 0)
+        log().debug("removed {}, left by a writer that no longer runs", it->path().string());
+    }
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
 void replace_file_atomic(const fs::path& path,
                          const std::function<void(const fs::path& tmp)>& write) {
   std::error_code ec;
@@ -27,6 +71,7 @@ void replace_file_atomic(const fs::path& path,
   if (ec)
     throw FileError(
         fmt::format("can not create directory {}: {}", path.parent_path().string(), ec.message()));
+  remove_stale_temporaries(path);
   // Unique per process, thread and call, so concurrent writers of one path never share a file.
   static std::atomic<unsigned> counter{0};
   const fs::path tmp =

@@ -164,3 +164,156 @@ TEST(TesseraTrain, EveryDeviceReachesTheAccuracyOfCpu) {
   for (const auto& [id, acc] : accuracy)
     EXPECT_NEAR(acc, accuracy["cpu:0"], 0.5) << id << " vs cpu:0";
 }
+
+namespace {
+
+// An IDX file of unsigned bytes with |dims|, zeros for the data.
+void write_idx(const fs::path& p, const std::vector<std::uint32_t>& dims) {
+  std::string s{'\0', '\0', '\x08', static_cast<char>(dims.size())};
+  std::uint64_t n = 1;
+  for (std::uint32_t d : dims) {
+    for (int b = 3; b >= 0; --b) s += static_cast<char>(d >> (8 * b));
+    n *= d;
+  }
+  s.append(n, '\0');
+  std::ofstream(p, std::ios::binary) << s;
+}
+
+// A checkpoint's metadata edited in place (the tensors kept).
+void edit_metadata(const fs::path& p, const std::string& key, const std::string& value) {
+  tessera::Device& cpu = tessera::device("cpu");
+  auto c = tessera::train::load_safetensors(p, &cpu);
+  c.metadata[key] = value;
+  tessera::train::save_safetensors(p, c.tensors, c.metadata);
+}
+
+std::string bytes_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+}  // namespace
+
+TEST(TesseraTrain, HelpPrintsDefaultsAsAUserWritesThem) {
+  const Result r = run("", train("--help"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  // Observed on main: --momentum arg (=0.90000000000000002).
+  EXPECT_NE(r.out.find("--momentum arg (=0.9) "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--weight-decay arg (=0) "), std::string::npos) << r.out;
+  for (const char* opt :
+       {"--model arg (=mlp)", "--epochs arg (=10)", "--batch-size arg (=128)",
+        "--optimizer arg (=adam)", "--seed arg (=0)", "--accelerator arg (=auto)",
+        "--devices arg (=1)", "--limit-train-batches arg (=0)", "--limit-test-batches arg (=0)",
+        "--data arg (=/usr/share/datasets/fashion-mnist)"})
+    EXPECT_NE(r.out.find(opt), std::string::npos) << opt << " in:\n" << r.out;
+  EXPECT_EQ(r.out.find("0000"), std::string::npos) << r.out;
+}
+
+TEST(TesseraTrain, BadOutputPathsFailBeforeTraining) {
+  const fs::path dir = fresh_dir("bad-out");
+  fs::create_directories(dir);
+  const fs::path file = dir / "a-file";
+  std::ofstream(file) << "x";
+  // Observed on main: found only after epoch 1 had trained.
+  Result r = run("TESSERA_DEVICE=cpu",
+                 train(fmt::format("--epochs 1 --checkpoint-dir {}{}", file.string(), kSmall)));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("checkpoint directory " + file.string() + ": not a directory"),
+            std::string::npos)
+      << r.err;
+  r = run("TESSERA_DEVICE=cpu", train(fmt::format("--epochs 1 --metrics {}{}", dir.string(),
+                                                  " --limit-train-batches 1")));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("metrics file " + dir.string() + ": is a directory"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("epoch 1"), std::string::npos) << r.out;
+  if (::geteuid() != 0) {
+    const fs::path ro = dir / "read-only";
+    fs::create_directory(ro);
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    r = run("TESSERA_DEVICE=cpu",
+            train(fmt::format("--epochs 1 --checkpoint-dir {}{}", ro.string(), kSmall)));
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find(ro.string() + ": can not write files in this directory"),
+              std::string::npos)
+        << r.err;
+    fs::permissions(ro, fs::perms::owner_all);
+  }
+  r = run("", train("--limit-test-batches -1"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--limit-test-batches: use 0 (all) or more"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(TesseraTrain, EmptyTestSplitIsAnError) {
+  const fs::path dir = fresh_dir("empty-test");
+  fs::create_directories(dir);
+  write_idx(dir / "train-images-idx3-ubyte", {4, 28, 28});
+  write_idx(dir / "train-labels-idx1-ubyte", {4});
+  write_idx(dir / "t10k-images-idx3-ubyte", {0, 28, 28});
+  write_idx(dir / "t10k-labels-idx1-ubyte", {0});
+  // Observed on main: "Test accuracy: 0.00%", exit 0.
+  const Result r = run("TESSERA_DEVICE=cpu", train("--epochs 1 --data " + dir.string()));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.out.find("Test accuracy"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("t10k"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no samples"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(TesseraTrain, CraftedCheckpointsAreRefusedAndNeverOverwritten) {
+  const fs::path dir = fresh_dir("crafted");
+  const std::string args = fmt::format("--checkpoint-dir {}{}", dir.string(), kSmall);
+  Result r = run("TESSERA_DEVICE=cpu", train("--epochs 1 " + args));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const fs::path first = dir / "epoch-0001.safetensors";
+  const std::string good = bytes_of(first);
+
+  // Resuming at max_epochs trains nothing and says so.
+  r = run("TESSERA_DEVICE=cpu", train("--epochs 1 --resume " + args));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Nothing to train: " + first.string() + " already has 1 epoch(s)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(bytes_of(first), good);
+
+  // Observed on main: epoch 2147483647 wrote checkpoints forever; -5 trained epochs -4 to 0 and
+  // wrote over the file it resumed from.
+  for (const char* epoch : {"2147483647", "-5"}) {
+    edit_metadata(first, "epoch", epoch);
+    const std::string crafted = bytes_of(first);
+    r = run("TESSERA_DEVICE=cpu", train("--epochs 3 --resume " + args));
+    EXPECT_EQ(r.code, 1) << epoch;
+    EXPECT_NE(r.err.find(first.string() + ": malformed checkpoint"), std::string::npos) << r.err;
+    EXPECT_EQ(bytes_of(first), crafted);
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1) << epoch;
+  }
+
+  // A checkpoint of epoch 1 named as epoch 3's: continuing would write over it.
+  std::ofstream(first, std::ios::binary) << good;
+  fs::rename(first, dir / "epoch-0003.safetensors");
+  r = run("TESSERA_DEVICE=cpu", train("--epochs 3 --resume " + args));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("holds epoch 1 while its name says epoch 3"), std::string::npos) << r.err;
+  EXPECT_EQ(bytes_of(dir / "epoch-0003.safetensors"), good);
+  EXPECT_FALSE(fs::exists(dir / "epoch-0002.safetensors"));
+
+  // Observed on main: "stol", naming no file.
+  const fs::path huge = dir / "epoch-99999999999999999999.safetensors";
+  std::ofstream(huge) << "x";
+  r = run("TESSERA_DEVICE=cpu", train("--epochs 3 --resume " + args));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(huge.string() + ": the epoch number in the file name is more than"),
+            std::string::npos)
+      << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(TesseraTrain, ReadmeTrainerExampleShowsProgress) {
+  // Observed on main: the README's example printed nothing for its whole run.
+  const Result r = run("TESSERA_DEVICE=cpu", TRAINER_EXAMPLE_BIN);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Training on cpu:0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("epoch 1: train loss "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | test loss "), std::string::npos) << r.out;
+}

@@ -1,5 +1,6 @@
 // autograd semantics, layers, optimizers, safetensors, checkpoints and the Trainer, on cpu:0.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "tessera/tessera.h"
 #include "tessera/train/train.h"
@@ -302,6 +304,7 @@ TEST(Trainer, LearnsAndResumesBitIdentically) {
   o.accelerator = "cpu";
   o.batch_size = 32;
   o.seed = 5;
+  o.enable_progress_bar = false;
 
   // Two epochs straight.
   o.max_epochs = 2;
@@ -346,5 +349,326 @@ TEST(Trainer, LearnsAndResumesBitIdentically) {
   SGD sgd_other(other->named_parameters(), SgdOptions{});
   EXPECT_THROW(load_checkpoint(*ckpt, *other, sgd_other), InvalidArgument);
   EXPECT_EQ(values(*other), before);
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// A checkpoint after one epoch of Adam on quadrants, in |dir|/epoch-0001.safetensors.
+fs::path adam_checkpoint(const fs::path& dir, const Dataset& train) {
+  TrainerOptions o;
+  o.accelerator = "cpu";
+  o.batch_size = 64;
+  o.max_epochs = 1;
+  o.enable_progress_bar = false;
+  o.callbacks = {std::make_shared<ModelCheckpoint>(dir)};
+  auto model = small_model(9);
+  Adam adam(model->named_parameters(), AdamOptions{});
+  Trainer(o).fit(*model, adam, train);
+  return dir / checkpoint_name(1);
+}
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// The message of what |f| throws (of type E), or "" when it throws nothing.
+template <typename E, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Checkpoint, EveryFieldIsCheckedAndNothingChangesOnError) {
+  const fs::path dir = temp_dir("ckpt-fields");
+  const fs::path good = adam_checkpoint(dir, quadrants(256, 1));
+  const SafetensorsContents c = load_safetensors(good, &cpu());
+  const fs::path bad = dir / "crafted.safetensors";
+  auto model = small_model(4);
+  Adam adam(model->named_parameters(), AdamOptions{});
+  const auto before = values(*model);
+  // |edit| changes the good checkpoint's metadata and tensors; loading the result fails with
+  // an error of type E naming the file and containing |what|.
+  auto expect = [&]<typename E>(E, const std::string& what, auto edit) {
+    SafetensorsContents e = c;
+    edit(e.metadata, e.tensors);
+    save_safetensors(bad, e.tensors, e.metadata);
+    const std::string msg = error_of<E>([&] { load_checkpoint(bad, *model, adam); });
+    EXPECT_NE(msg.find(what), std::string::npos) << "expected '" << what << "' in: " << msg;
+    EXPECT_NE(msg.find(bad.string()), std::string::npos) << msg;
+    EXPECT_EQ(values(*model), before) << what;
+    EXPECT_EQ(adam.state().values.at("step"), "0") << what;
+  };
+  using Meta = std::map<std::string, std::string>;
+  using Tensors = std::vector<std::pair<std::string, Tensor>>;
+  auto set = [](std::string key, std::string value) {
+    return [=](Meta& m, Tensors&) { m[key] = value; };
+  };
+  const FileError file_error("");
+  const InvalidArgument invalid("");
+  // Observed on main: an epoch past any max_epochs looped forever, a negative one trained
+  // negative epochs; both now disagree with the history (one entry per epoch done).
+  expect(file_error, "'history' has 1 entries for epoch 2147483647", set("epoch", "2147483647"));
+  expect(file_error, "metadata 'epoch' is '-5'", set("epoch", "-5"));
+  expect(file_error, "metadata 'epoch' is '1abc'", set("epoch", "1abc"));  // stoi took it
+  expect(file_error, "metadata 'epoch' is ' 1'", set("epoch", " 1"));
+  expect(file_error, "metadata 'epoch' is '99999999999'", set("epoch", "99999999999"));
+  expect(file_error, "metadata 'global_step' is '-1'", set("global_step", "-1"));  // wrapped
+  expect(file_error, "global_step is 0 after 1 epochs", [](Meta& m, Tensors&) {
+    m["global_step"] = "0";
+    m["optimizer.step"] = "0";
+  });
+  expect(file_error, "metadata 'seed' is '18446744073709551616'",
+         set("seed", "18446744073709551616"));
+  expect(file_error, "metadata 'optimizer.step' is '0' but global_step is 4",
+         set("optimizer.step", "0"));
+  expect(file_error, "metadata 'lr' is 'fast'", set("lr", "fast"));
+  expect(file_error, "metadata 'lr' is '-0.1'", set("lr", "-0.1"));
+  expect(file_error, "metadata 'note' is not part of a checkpoint", set("note", "hi"));
+  expect(file_error, "checkpoint format 'tessera-checkpoint-0'",
+         set("format", "tessera-checkpoint-0"));
+  expect(file_error, "'history' is not JSON", set("history", "[{"));
+  expect(file_error, "'history' entry 0 ('epoch') is 2", [](Meta& m, Tensors&) {
+    auto h = nlohmann::json::parse(m["history"]);
+    h[0]["epoch"] = 2;
+    m["history"] = h.dump();
+  });
+  expect(file_error, "'history' entry 0 ('test_accuracy') is 1.5", [](Meta& m, Tensors&) {
+    auto h = nlohmann::json::parse(m["history"]);
+    h[0]["test_accuracy"] = 1.5;
+    m["history"] = h.dump();
+  });
+  expect(file_error, "metadata 'model' is missing", [](Meta& m, Tensors&) { m.erase("model"); });
+  expect(invalid, "optimizer value 'step' is 'abc'",
+         [](Meta& m, Tensors&) { m["optimizer.step"] = "abc"; });
+  expect(invalid, "optimizer value 'momentum' is not a value of this optimizer",
+         set("optimizer.momentum", "0.9"));
+  expect(invalid, "optimizer state '1.weight.exp_avg' is i32 [32,64], its parameter f32 [32,64]",
+         [](Meta&, Tensors& t) {
+           for (auto& [name, tensor] : t)
+             if (name == "optimizer.1.weight.exp_avg")
+               tensor = Tensor::full(tensor.shape(), 0.0, DType::i32, &cpu());
+         });
+  expect(invalid, "optimizer state '1.weight.exp_avg' is f32 [2048]", [](Meta&, Tensors& t) {
+    for (auto& [name, tensor] : t)
+      if (name == "optimizer.1.weight.exp_avg") tensor = Tensor::full({2048}, 0.0);
+  });
+  expect(
+      invalid, "optimizer state '1.weight.velocity' is not a state of this optimizer",
+      [](Meta&, Tensors& t) { t.emplace_back("optimizer.1.weight.velocity", t.front().second); });
+  expect(invalid, "optimizer state '4.bias.exp_avg_sq' is missing", [](Meta&, Tensors& t) {
+    std::erase_if(t, [](const auto& p) { return p.first == "optimizer.4.bias.exp_avg_sq"; });
+  });
+  expect(invalid, "tensor 'extra' is not a parameter of the model",
+         [](Meta&, Tensors& t) { t.emplace_back("extra", t.front().second); });
+  expect(invalid, "parameter '1.bias' is f32 [31] in the checkpoint, f32 [32] in the model",
+         [](Meta&, Tensors& t) {
+           for (auto& [name, tensor] : t)
+             if (name == "1.bias") tensor = Tensor::full({31}, 0.0);
+         });
+  // The good file loads, and a state that took steps without moments, or moments without a
+  // step, is refused by the optimizer itself.
+  EXPECT_EQ(load_checkpoint(good, *model, adam).epoch, 1);
+  EXPECT_NE(values(*model), before);
+  Adam fresh(model->named_parameters(), AdamOptions{});
+  OptimizerState s = adam.state();
+  s.values["step"] = "0";
+  EXPECT_NE(error_of<InvalidArgument>([&] { fresh.load_state(s); }).find("'step' is 0 but"),
+            std::string::npos);
+  s.values["step"] = "+4";
+  EXPECT_THROW(fresh.load_state(s), InvalidArgument);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, LatestCheckpointNamesTheFileItCanNotRead) {
+  const fs::path dir = temp_dir("ckpt-latest");
+  EXPECT_FALSE(latest_checkpoint(dir / "missing"));
+  std::ofstream(dir / "epoch-0002.safetensors") << "x";
+  std::ofstream(dir / "epoch-10.safetensors") << "x";
+  std::ofstream(dir / "epoch-0010.safetensors") << "x";
+  EXPECT_EQ(latest_checkpoint(dir)->filename(), "epoch-0010.safetensors");
+  // Observed on main: "stol" and nothing else.
+  const fs::path huge = dir / "epoch-99999999999999999999.safetensors";
+  std::ofstream(huge) << "x";
+  const std::string msg = error_of<FileError>([&] { latest_checkpoint(dir); });
+  EXPECT_NE(msg.find(huge.string() + ": the epoch number in the file name is more than"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(error_of<FileError>([&] { latest_checkpoint(huge); }).find("not a directory"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, NextSaveRemovesTemporariesOfDeadWritersOnly) {
+  const fs::path dir = temp_dir("ckpt-tmp");
+  const fs::path target = dir / checkpoint_name(1);
+  // A process id that no longer exists: a child that has exited and been reaped.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string dead = std::to_string(child), live = std::to_string(::getpid());
+  const std::string base = target.filename().string();
+  const std::vector<std::string> stale = {base + ".tmp." + dead + ".123.0"};
+  const std::vector<std::string> kept = {
+      base + ".tmp." + live + ".1.0",                // this process: a live writer
+      base + ".tmp.1.0.0",                           // init: alive
+      checkpoint_name(2) + ".tmp." + dead + ".1.0",  // another target
+      base + ".tmp." + dead + ".x",                  // not a name replace_file_atomic makes
+      base + ".tmp." + dead + ".1.0.bak"};
+  for (const auto& n : stale) std::ofstream(dir / n) << "partial";
+  for (const auto& n : kept) std::ofstream(dir / n) << "partial";
+  fs::create_directory(dir / (base + ".tmp." + dead + ".9.9"));  // not a regular file
+  adam_checkpoint(dir, quadrants(64, 1));  // saves epoch-0001.safetensors into |dir|
+  for (const auto& n : stale) EXPECT_FALSE(fs::exists(dir / n)) << n;
+  for (const auto& n : kept) EXPECT_TRUE(fs::exists(dir / n)) << n;
+  EXPECT_TRUE(fs::is_directory(dir / (base + ".tmp." + dead + ".9.9")));
+  EXPECT_TRUE(fs::exists(target));
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, ResumingAtMaxEpochsTrainsNothingAndSaysSo) {
+  const fs::path dir = temp_dir("ckpt-done");
+  const Dataset train = quadrants(128, 1);
+  const fs::path ckpt = adam_checkpoint(dir, train);
+  const std::string bytes = file_bytes(ckpt);
+  {
+    TrainerOptions o;
+    o.accelerator = "cpu";
+    o.max_epochs = 1;
+    auto rec = std::make_shared<Recorder>();
+    o.callbacks = {rec, std::make_shared<ModelCheckpoint>(dir)};
+    auto model = small_model(9);
+    Adam adam(model->named_parameters(), AdamOptions{});
+    Trainer t(o);
+    ::testing::internal::CaptureStdout();
+    t.fit(*model, adam, train, nullptr, ckpt);
+    const std::string out = ::testing::internal::GetCapturedStdout();
+    EXPECT_TRUE(rec->epochs.empty());
+    EXPECT_EQ(t.progress().epoch, 1);
+    EXPECT_NE(out.find("Nothing to train: 1 epoch(s) done, max_epochs=1 reached"),
+              std::string::npos)
+        << out;
+  }
+  EXPECT_EQ(file_bytes(ckpt), bytes);
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, NeverWritesOverTheCheckpointItResumedFrom) {
+  const fs::path dir = temp_dir("ckpt-over");
+  const Dataset train = quadrants(128, 1);
+  // A checkpoint of epoch 1 named as epoch 2's: training epoch 2 would write over it.
+  const fs::path ckpt = dir / checkpoint_name(2);
+  fs::rename(adam_checkpoint(dir, train), ckpt);
+  const std::string bytes = file_bytes(ckpt);
+  TrainerOptions o;
+  o.accelerator = "cpu";
+  o.max_epochs = 3;
+  o.enable_progress_bar = false;
+  auto rec = std::make_shared<Recorder>();
+  o.callbacks = {rec, std::make_shared<ModelCheckpoint>(dir)};
+  auto model = small_model(9);
+  Adam adam(model->named_parameters(), AdamOptions{});
+  const std::string msg =
+      error_of<FileError>([&] { Trainer(o).fit(*model, adam, train, nullptr, ckpt); });
+  EXPECT_NE(msg.find(ckpt.string() + ": this run resumes from it, but it holds epoch 1 while its "
+                                     "name says epoch 2"),
+            std::string::npos)
+      << msg;
+  EXPECT_TRUE(rec->epochs.empty());  // refused before training
+  EXPECT_EQ(file_bytes(ckpt), bytes);
+  EXPECT_FALSE(fs::exists(dir / checkpoint_name(3)));
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, EmptyEvaluationSetIsAnErrorBeforeTraining) {
+  const Dataset train = quadrants(64, 1);
+  Dataset empty = quadrants(0, 2);
+  empty.name = "quadrants/t10k";
+  TrainerOptions o;
+  o.accelerator = "cpu";
+  o.max_epochs = 1;
+  o.enable_progress_bar = false;
+  auto rec = std::make_shared<Recorder>();
+  o.callbacks = {rec};
+  auto model = small_model(9);
+  SGD sgd(model->named_parameters(), SgdOptions{});
+  Trainer t(o);
+  // Observed on main: "Test accuracy: 0.00%".
+  const std::string msg = error_of<InvalidArgument>([&] { t.fit(*model, sgd, train, &empty); });
+  EXPECT_NE(msg.find("the evaluation set 'quadrants/t10k' has no samples"), std::string::npos)
+      << msg;
+  EXPECT_TRUE(rec->epochs.empty());
+  EXPECT_THROW(t.evaluate(*model, empty), InvalidArgument);
+  EXPECT_THROW(t.fit(*model, sgd, empty), InvalidArgument);
+  o.limit_test_batches = -1;
+  EXPECT_THROW(Trainer{o}, ConfigError);
+}
+
+TEST(Trainer, ShowsProgressByDefaultAsLightningDoes) {
+  const Dataset train = quadrants(128, 1), test = quadrants(64, 2);
+  auto fit = [&](TrainerOptions o) {
+    o.accelerator = "cpu";
+    o.max_epochs = 1;
+    o.batch_size = 32;
+    auto model = small_model(9);
+    Adam adam(model->named_parameters(), AdamOptions{});
+    Trainer t(o);
+    ::testing::internal::CaptureStdout();
+    t.fit(*model, adam, train, &test);
+    return ::testing::internal::GetCapturedStdout();
+  };
+  // Observed on main: the README's example printed nothing.
+  const std::string shown = fit(TrainerOptions{});
+  EXPECT_NE(shown.find("Training on cpu:0"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("epoch 1: train loss "), std::string::npos) << shown;
+  TrainerOptions quiet;
+  quiet.enable_progress_bar = false;
+  EXPECT_EQ(fit(quiet), "");
+  // One progress bar: the caller's replaces the default one.
+  TrainerOptions own;
+  own.callbacks = {std::make_shared<ProgressBar>(stdout)};
+  const std::string once = fit(own);
+  EXPECT_EQ(once.find("Training on"), once.rfind("Training on")) << once;
+  own.enable_progress_bar = false;
+  own.accelerator = "cpu";
+  EXPECT_THROW(Trainer{own}, ConfigError);
+}
+
+TEST(Callbacks, BadOutputPathsAreFoundWhenConstructed) {
+  const fs::path dir = temp_dir("cb-paths");
+  const fs::path file = dir / "a-file";
+  std::ofstream(file) << "x";
+  // Observed on main: found only after the first epoch had trained.
+  std::string msg = error_of<FileError>([&] { ModelCheckpoint{file}; });
+  EXPECT_NE(msg.find("checkpoint directory " + file.string() + ": not a directory"),
+            std::string::npos)
+      << msg;
+  EXPECT_THROW(ModelCheckpoint{file / "sub"}, FileError);
+  msg = error_of<FileError>([&] { CsvLogger{dir}; });
+  EXPECT_NE(msg.find("metrics file " + dir.string() + ": is a directory"), std::string::npos)
+      << msg;
+  EXPECT_THROW(CsvLogger{file / "m.csv"}, FileError);
+  if (::geteuid() != 0) {  // root writes anywhere
+    const fs::path ro = dir / "read-only";
+    fs::create_directory(ro);
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    msg = error_of<FileError>([&] { ModelCheckpoint{ro}; });
+    EXPECT_NE(msg.find(ro.string() + ": can not write files in this directory"), std::string::npos)
+        << msg;
+    EXPECT_THROW(CsvLogger{ro / "m.csv"}, FileError);
+    fs::permissions(ro, fs::perms::owner_all);
+  }
+  // A good directory is created, and the probe leaves nothing in it.
+  ModelCheckpoint ok(dir / "new" / "ckpt");
+  EXPECT_TRUE(fs::is_directory(dir / "new" / "ckpt"));
+  EXPECT_TRUE(fs::is_empty(dir / "new" / "ckpt"));
   fs::remove_all(dir);
 }

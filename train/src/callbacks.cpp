@@ -1,13 +1,18 @@
 #include "tessera/train/callbacks.h"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include <fmt/format.h>
 
+#include "parse.h"
 #include "tessera/errors.h"
 #include "tessera/file.h"
 
@@ -33,6 +38,46 @@ std::string csv_number(double v) {
   return std::isfinite(v) ? fmt::format("{:.6g}", v) : "";
 }
 
+// Creates directory |dir| when missing and checks that a file can be created in it (a probe file,
+// removed again), so that a run learns before training, not after its first epoch, that its
+// output can not be written. Throws FileError naming |what| and |dir|.
+void require_writable_dir(const fs::path& dir, std::string_view what) {
+  const fs::path d = dir.empty() ? fs::path(".") : dir;
+  std::error_code ec;
+  if (fs::exists(d, ec) && !fs::is_directory(d, ec))
+    throw FileError(fmt::format("{} {}: not a directory; pass a directory (or a path to create)",
+                                what, d.string()));
+  fs::create_directories(d, ec);
+  if (ec)
+    throw FileError(
+        fmt::format("{} {}: can not create the directory: {}", what, d.string(), ec.message()));
+  static std::atomic<unsigned> count{0};
+  const fs::path probe =
+      d / fmt::format(".tessera-write-probe.{}.{}", ::getpid(), count.fetch_add(1));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw FileError(fmt::format("{} {}: can not write files in this directory: {}", what,
+                                d.string(), std::strerror(errno)));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+// The same for a file that will be written: its directory, and the path not a directory.
+void require_writable_file(const fs::path& path, std::string_view what) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw FileError(
+        fmt::format("{} {}: is a directory; pass the path of a file", what, path.string()));
+  require_writable_dir(path.parent_path(),
+                       fmt::format("{} {}: its directory", what, path.string()));
+}
+
+// Whether |a| and |b| name one existing file.
+bool same_file(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  return fs::equivalent(a, b, ec) && !ec;
+}
+
 }  // namespace
 
 ProgressBar::ProgressBar(std::FILE* out) : out_(out), tty_(::isatty(::fileno(out)) != 0) {}
@@ -43,6 +88,9 @@ void ProgressBar::on_fit_start(Trainer& t) {
   if (t.resumed())
     fmt::print(out_, "Resumed from {} (epoch {} done)\n", t.resumed_from().string(),
                t.progress().epoch);
+  if (t.progress().epoch >= t.options().max_epochs)
+    fmt::print(out_, "Nothing to train: {} epoch(s) done, max_epochs={} reached\n",
+               t.progress().epoch, t.options().max_epochs);
   std::fflush(out_);
 }
 
@@ -80,7 +128,9 @@ void ProgressBar::on_epoch_end(Trainer&, const EpochMetrics& m) {
   std::fflush(out_);
 }
 
-CsvLogger::CsvLogger(fs::path path) : path_(std::move(path)) {}
+CsvLogger::CsvLogger(fs::path path) : path_(std::move(path)) {
+  require_writable_file(path_, "metrics file");
+}
 
 void CsvLogger::on_epoch_end(Trainer& t, const EpochMetrics&) {
   std::string s =
@@ -93,10 +143,41 @@ void CsvLogger::on_epoch_end(Trainer& t, const EpochMetrics&) {
   write_file_atomic(path_, s);
 }
 
-ModelCheckpoint::ModelCheckpoint(fs::path dir) : dir_(std::move(dir)) {}
+ModelCheckpoint::ModelCheckpoint(fs::path dir) : dir_(std::move(dir)) {
+  require_writable_dir(dir_, "checkpoint directory");
+}
+
+void ModelCheckpoint::on_fit_start(Trainer& t) {
+  if (!t.resumed()) return;
+  // The one name this fit could write that is the checkpoint it resumed from is that file's own
+  // name, when it is epoch-N.safetensors for an epoch N this fit will train.
+  const fs::path& from = t.resumed_from();
+  const std::string name = from.filename().string();
+  constexpr std::string_view kPrefix = "epoch-", kSuffix = ".safetensors";
+  if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
+      !name.ends_with(kSuffix))
+    return;
+  const auto n = detail::parse_integer<int>(
+      std::string_view(name).substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size()));
+  if (!n || checkpoint_name(*n) != name || *n <= t.progress().epoch ||
+      *n > t.options().max_epochs || !same_file(dir_ / name, from))
+    return;
+  throw FileError(fmt::format(
+      "{}: this run resumes from it, but it holds epoch {} while its name says epoch {}; "
+      "training on would write epoch {}'s checkpoint over it. Rename the file to {}, or write "
+      "checkpoints to another directory",
+      from.string(), t.progress().epoch, *n, *n, checkpoint_name(t.progress().epoch)));
+}
 
 void ModelCheckpoint::on_epoch_end(Trainer& t, const EpochMetrics& m) {
-  save_checkpoint(dir_ / checkpoint_name(m.epoch), t.model(), t.optimizer(), t.progress());
+  const fs::path path = dir_ / checkpoint_name(m.epoch);
+  // Never over the checkpoint the run resumed from (on_fit_start refuses such a fit up front).
+  if (t.resumed() && same_file(path, t.resumed_from()))
+    throw FileError(
+        fmt::format("{}: not writing epoch {}'s checkpoint over the checkpoint this "
+                    "run resumed from",
+                    path.string(), m.epoch));
+  save_checkpoint(path, t.model(), t.optimizer(), t.progress());
 }
 
 namespace {
@@ -134,6 +215,7 @@ LossPlot::LossPlot(fs::path path) : path_(std::move(path)) {
         fmt::format("--plot {}: the image format is taken from the extension; use "
                     ".png, .svg or .pdf",
                     path_.string()));
+  require_writable_file(path_, "plot file");
   if (run_gnuplot(fmt::format("set terminal {}\n", terminal_)) != 0)
     throw ConfigError(fmt::format(
         "--plot {} needs gnuplot with the {} terminal, which did not run; install it with "

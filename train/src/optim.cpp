@@ -1,7 +1,12 @@
 #include "tessera/train/optim.h"
 
-#include <fmt/format.h>
+#include <algorithm>
+#include <map>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "parse.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 
@@ -21,32 +26,76 @@ void Optimizer::zero_grad() {
 
 namespace {
 
-// A copy of state tensor |name| on the device of |param|, checked against its shape; undefined
-// when absent and not |required|, else InvalidArgument.
-Tensor state_for(const OptimizerState& state, const std::string& name, const Tensor& param,
-                 bool required) {
-  for (const auto& [n, t] : state.tensors)
-    if (n == name) {
-      if (!(t.shape() == param.shape()))
-        throw InvalidArgument(fmt::format("optimizer state '{}' has shape {}, the parameter {}",
-                                          name, t.shape().str(), param.shape().str()));
-      return copy(t.to(param.device()));
+// The entries of an OptimizerState, checked against what an optimizer over |params| keeps:
+// tensors only under the names |suffixes| give each parameter ("NAME.exp_avg"), each with the
+// parameter's dtype and shape, no name twice, and values only under |value_keys|. Throws
+// InvalidArgument naming the first entry that is not so.
+class StateEntries {
+ public:
+  StateEntries(const OptimizerState& state, const std::vector<NamedParameter>& params,
+               std::initializer_list<std::string_view> suffixes,
+               std::initializer_list<std::string_view> value_keys)
+      : state_(state) {
+    std::map<std::string, const Tensor*> expected;
+    for (const NamedParameter& p : params)
+      for (std::string_view suffix : suffixes)
+        expected[p.name + "." + std::string(suffix)] = &p.variable->value();
+    for (const auto& [name, t] : state.tensors) {
+      auto it = expected.find(name);
+      if (it == expected.end())
+        throw InvalidArgument(
+            fmt::format("optimizer state '{}' is not a state of this optimizer (it keeps {} of "
+                        "each parameter)",
+                        name, fmt::join(suffixes, ", ")));
+      const Tensor& param = *it->second;
+      if (!t.defined() || t.dtype() != param.dtype() || !(t.shape() == param.shape()))
+        throw InvalidArgument(fmt::format("optimizer state '{}' is {} {}, its parameter {} {}",
+                                          name, t.defined() ? dtype_name(t.dtype()) : "undefined",
+                                          t.defined() ? t.shape().str() : "",
+                                          dtype_name(param.dtype()), param.shape().str()));
+      if (!tensors_.emplace(name, &t).second)
+        throw InvalidArgument(fmt::format("optimizer state '{}' appears twice", name));
     }
-  if (required) throw InvalidArgument(fmt::format("optimizer state '{}' is missing", name));
-  return Tensor();
-}
-
-std::int64_t find_int(const OptimizerState& state, const std::string& key) {
-  auto it = state.values.find(key);
-  if (it == state.values.end())
-    throw InvalidArgument(fmt::format("optimizer value '{}' is missing", key));
-  try {
-    return std::stoll(it->second);
-  } catch (const std::exception&) {
-    throw InvalidArgument(
-        fmt::format("optimizer value '{}' is not an integer: '{}'", key, it->second));
+    for (const auto& [key, value] : state.values)
+      if (std::find(value_keys.begin(), value_keys.end(), key) == value_keys.end())
+        throw InvalidArgument(
+            value_keys.size() == 0
+                ? fmt::format("optimizer value '{}' is not a value of this optimizer (it keeps "
+                              "none)",
+                              key)
+                : fmt::format("optimizer value '{}' is not a value of this optimizer (it keeps "
+                              "{})",
+                              key, fmt::join(value_keys, ", ")));
   }
-}
+
+  bool empty() const { return tensors_.empty(); }
+
+  // A copy of tensor |name| on the device of |param|; undefined when absent and not |required|,
+  // else InvalidArgument.
+  Tensor take(const std::string& name, const Tensor& param, bool required) const {
+    auto it = tensors_.find(name);
+    if (it != tensors_.end()) return copy(it->second->to(param.device()));
+    if (required) throw InvalidArgument(fmt::format("optimizer state '{}' is missing", name));
+    return Tensor();
+  }
+
+  // Value |key| as a count of steps: decimal digits only, within int64.
+  std::int64_t count(const std::string& key) const {
+    auto it = state_.values.find(key);
+    if (it == state_.values.end())
+      throw InvalidArgument(fmt::format("optimizer value '{}' is missing", key));
+    const auto v = detail::parse_integer<std::int64_t>(it->second);
+    if (!v || *v < 0)
+      throw InvalidArgument(
+          fmt::format("optimizer value '{}' is '{}', not a count (0 or more, decimal digits)", key,
+                      it->second));
+    return *v;
+  }
+
+ private:
+  const OptimizerState& state_;
+  std::map<std::string, const Tensor*> tensors_;
+};
 
 Tensor zeros_like(const Tensor& t) {
   return Tensor::full(t.shape(), 0.0, t.dtype(), &t.device());
@@ -94,11 +143,16 @@ OptimizerState SGD::state() const {
 }
 
 void SGD::load_state(const OptimizerState& state) {
+  const StateEntries entries(state, params_, {"momentum_buffer"}, {});
+  if (options_.momentum == 0 && !entries.empty())
+    throw InvalidArgument(
+        "optimizer state has momentum buffers, but this SGD has no momentum; resume with the "
+        "momentum the checkpoint was written with");
   std::vector<Tensor> loaded(params_.size());
   // A parameter without a buffer has not taken a step yet.
   for (std::size_t i = 0; i < params_.size(); ++i)
     loaded[i] =
-        state_for(state, params_[i].name + ".momentum_buffer", params_[i].variable->value(), false);
+        entries.take(params_[i].name + ".momentum_buffer", params_[i].variable->value(), false);
   momentum_ = std::move(loaded);
 }
 
@@ -140,13 +194,20 @@ OptimizerState Adam::state() const {
 }
 
 void Adam::load_state(const OptimizerState& state) {
-  const std::int64_t step = find_int(state, "step");
+  const StateEntries entries(state, params_, {"exp_avg", "exp_avg_sq"}, {"step"});
+  const std::int64_t step = entries.count("step");
+  // The moments are created by the first step: none before it, every one after it.
+  if (step == 0 && !entries.empty())
+    throw InvalidArgument(
+        fmt::format("optimizer value 'step' is 0 but the state holds moments ('{}'); a state "
+                    "with moments has taken at least one step",
+                    state.tensors.front().first));
   std::vector<Tensor> m(params_.size()), v(params_.size());
   if (step > 0)
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const Tensor& p = params_[i].variable->value();
-      m[i] = state_for(state, params_[i].name + ".exp_avg", p, true);
-      v[i] = state_for(state, params_[i].name + ".exp_avg_sq", p, true);
+      m[i] = entries.take(params_[i].name + ".exp_avg", p, true);
+      v[i] = entries.take(params_[i].name + ".exp_avg_sq", p, true);
     }
   step_ = step;
   m_ = std::move(m);

@@ -14,6 +14,7 @@
 #include "tessera/ops.h"
 #include "tessera/runtime.h"
 #include "tessera/train/autograd.h"
+#include "tessera/train/callbacks.h"
 
 namespace tessera::train {
 
@@ -99,6 +100,15 @@ void require_one_device(int devices_wanted, const Device& chosen) {
         devices_wanted, chosen.id()));
 }
 
+// An evaluation set must hold samples: the accuracy of nothing is not 0%.
+void require_samples(const Dataset& data) {
+  if (data.size <= 0)
+    throw InvalidArgument(fmt::format(
+        "the evaluation set '{}' has no samples: an accuracy over no samples means nothing; "
+        "pass a test set with samples (or none)",
+        data.name));
+}
+
 }  // namespace
 
 Device& resolve_accelerator(const std::string& accelerator, int devices_wanted) {
@@ -182,13 +192,29 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   if (options_.batch_size < 1)
     throw ConfigError(
         fmt::format("batch_size={} is not valid: pass 1 or more", options_.batch_size));
+  if (options_.limit_train_batches < 0 || options_.limit_test_batches < 0)
+    throw ConfigError(fmt::format(
+        "limit_train_batches={} and limit_test_batches={}: pass 0 (all batches) or more",
+        options_.limit_train_batches, options_.limit_test_batches));
   if (options_.log_every_n_steps < 1) options_.log_every_n_steps = 1;
+  const bool has_bar =
+      std::any_of(options_.callbacks.begin(), options_.callbacks.end(),
+                  [](const auto& cb) { return dynamic_cast<const ProgressBar*>(cb.get()); });
+  if (has_bar && !options_.enable_progress_bar)
+    throw ConfigError(
+        "Trainer was configured with enable_progress_bar=false but found a ProgressBar in the "
+        "callbacks; remove one of the two");
+  if (options_.enable_progress_bar && !has_bar)
+    options_.callbacks.insert(options_.callbacks.begin(), std::make_shared<ProgressBar>(stdout));
   device_ = &resolve_accelerator(options_.accelerator, options_.devices);
 }
 
 void Trainer::fit(Module& model, Optimizer& optimizer, const Dataset& train, const Dataset* test,
                   const std::filesystem::path& ckpt_path) {
-  if (train.size == 0) throw InvalidArgument(fmt::format("{} has no samples", train.name));
+  if (train.size <= 0)
+    throw InvalidArgument(fmt::format(
+        "the training set '{}' has no samples: there is nothing to train on", train.name));
+  if (test) require_samples(*test);
   model_ = &model;
   optimizer_ = &optimizer;
   DeviceGuard guard(*device_);
@@ -196,6 +222,7 @@ void Trainer::fit(Module& model, Optimizer& optimizer, const Dataset& train, con
   progress_ = TrainingProgress{};
   progress_.seed = options_.seed;
   resumed_ = false;
+  resumed_from_.clear();
   if (!ckpt_path.empty()) {
     progress_ = load_checkpoint(ckpt_path, model, optimizer);
     resumed_ = true;
@@ -207,6 +234,9 @@ void Trainer::fit(Module& model, Optimizer& optimizer, const Dataset& train, con
                         progress_.epoch, progress_.global_step);
   }
   for (auto& cb : options_.callbacks) cb->on_fit_start(*this);
+  if (progress_.epoch >= options_.max_epochs)
+    tessera::log().info("nothing to train: {} epoch(s) done, max_epochs={}", progress_.epoch,
+                        options_.max_epochs);
 
   LoaderOptions lo;
   lo.batch_size = options_.batch_size;
@@ -214,7 +244,9 @@ void Trainer::fit(Module& model, Optimizer& optimizer, const Dataset& train, con
   lo.limit_batches = options_.limit_train_batches;
   BatchLoader loader(train, lo);
 
-  for (int epoch = progress_.epoch + 1; epoch <= options_.max_epochs; ++epoch) {
+  // Counted from progress_.epoch < max_epochs, so that no epoch number ever passes INT_MAX.
+  while (progress_.epoch < options_.max_epochs) {
+    const int epoch = progress_.epoch + 1;
     model.train();
     loader.begin_epoch(epoch);
     const auto t0 = Clock::now();
@@ -267,6 +299,7 @@ void Trainer::fit(Module& model, Optimizer& optimizer, const Dataset& train, con
 }
 
 EvalResult Trainer::evaluate(Module& model, const Dataset& data) {
+  require_samples(data);
   DeviceGuard guard(*device_);
   NoGradGuard no_grad;
   // Back to the caller's mode on every exit, exceptions included.
@@ -293,6 +326,8 @@ EvalResult Trainer::evaluate(Module& model, const Dataset& data) {
     if (static_cast<int>(pending.size()) >= options_.log_every_n_steps) totals.flush(pending);
   }
   totals.flush(pending);
+  if (totals.samples == 0)  // a loader always yields a batch of a non-empty set; never report 0%
+    throw Error(fmt::format("evaluation of '{}' read no batch", data.name));
   return {totals.mean_loss(), totals.accuracy(), totals.samples};
 }
 

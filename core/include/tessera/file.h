@@ -16,9 +16,13 @@ namespace tessera {
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
 
 // The mechanism under write_file_atomic, for writers that produce a file themselves (gnuplot):
-// creates missing parent directories, calls |write| with a temporary path next to |path|, then
-// renames it over |path|. When |write| throws or the rename fails, the temporary file is removed,
-// |path| is unchanged and the exception (FileError for the rename) propagates.
+// creates missing parent directories, calls |write| with a temporary path next to |path|
+// (PATH.tmp.PID.THREAD.COUNT), then renames it over |path|. When |write| throws or the rename
+// fails, the temporary file is removed, |path| is unchanged and the exception (FileError for the
+// rename) propagates. A process killed mid-write leaves its temporary file; each call first
+// removes the temporary files of |path| whose writer process no longer exists (best effort,
+// never throwing; files of live processes, of other targets and of other names are kept).
+// Thread-safe: concurrent writers of one path each write their own temporary file.
 void replace_file_atomic(const std::filesystem::path& path,
                          const std::function<void(const std::filesystem::path& tmp)>& write);
 

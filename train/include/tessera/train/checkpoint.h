@@ -31,19 +31,34 @@ struct TrainingProgress {
 };
 
 // Writes "model" tensors under their parameter names, optimizer state under "optimizer.NAME",
-// and |progress| plus the model and optimizer descriptions as metadata.
+// and |progress| plus the model and optimizer descriptions as metadata, atomically (a killed save
+// leaves the old file or none, and the next save of |path| removes its leftover temporary file:
+// tessera/file.h). Throws InvalidArgument naming |path| when |progress| is not a run's progress
+// (see load_checkpoint), FileError when the file can not be written.
 void save_checkpoint(const std::filesystem::path& path, Module& model, const Optimizer& optimizer,
                      const TrainingProgress& progress);
 
 // Loads a checkpoint into |model| (on the device of its parameters) and |optimizer|. Checks
-// everything before changing anything: FileError for a malformed file, InvalidArgument naming the
-// parameter or state that is missing or differs (another model or optimizer).
+// every field before changing anything; every message names |path| and the field:
+// - FileError for a malformed file: unknown metadata; format not tessera-checkpoint-1; epoch,
+//   global_step or seed not a non-negative integer in decimal digits that fits (int, uint64,
+//   uint64; no sign, no spaces, no trailing characters); a history that is not one entry per
+//   epoch done (epochs 1, 2, ... with every figure null or a non-negative number, accuracies at
+//   most 1); fewer steps than epochs, or more than int64 holds; lr not a non-negative number; an
+//   optimizer step count that differs from global_step.
+// - InvalidArgument when it holds another model or optimizer: a parameter missing, of another
+//   dtype or shape, or a tensor that is no parameter; the optimizer's name; optimizer state the
+//   optimizer refuses (Optimizer::load_state: unknown entries, dtype or shape not the parameter's,
+//   step counts that do not match the state).
+// Not thread-safe with other uses of |model| and |optimizer|.
 TrainingProgress load_checkpoint(const std::filesystem::path& path, Module& model,
                                  Optimizer& optimizer);
 
 // The file name save_checkpoint uses for |epoch| in a checkpoint directory: epoch-0003.safetensors.
 std::string checkpoint_name(int epoch);
-// The checkpoint of the highest epoch in |dir|, if any.
+// The checkpoint of the highest epoch in |dir| (files named epoch-N.safetensors), if any; nullopt
+// when |dir| does not exist. Throws FileError naming the path when |dir| is not a directory or
+// can not be listed, or a file's epoch number does not fit an int.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& dir);
 
 }  // namespace tessera::train

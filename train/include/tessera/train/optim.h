@@ -33,8 +33,13 @@ class Optimizer {
   virtual float lr() const = 0;
   virtual void set_lr(float lr) = 0;
 
-  // The state to checkpoint, and loading it back. load_state throws InvalidArgument naming the
-  // entry that is missing or has the wrong shape, and changes nothing in that case.
+  // The state to checkpoint, and loading it back. load_state checks every entry before it
+  // changes anything: each tensor must be one this optimizer keeps for one of its parameters
+  // (SGD: "NAME.momentum_buffer"; Adam: "NAME.exp_avg" and "NAME.exp_avg_sq"), with the
+  // parameter's dtype and shape, given once; each value must be one it keeps (Adam: "step", a
+  // count in decimal digits; SGD: none); counts agree with the tensors (Adam: no moments at step
+  // 0, every parameter's moments after). Otherwise it throws InvalidArgument naming the entry and
+  // what is wrong, and changes nothing.
   virtual OptimizerState state() const = 0;
   virtual void load_state(const OptimizerState& state) = 0;
 

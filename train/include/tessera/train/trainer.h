@@ -51,6 +51,9 @@ struct TrainerOptions {
   std::int64_t limit_train_batches = 0;  // 0: all
   std::int64_t limit_test_batches = 0;   // 0: all
   int log_every_n_steps = 16;            // metrics are read back from the device this often
+  // Lightning's enable_progress_bar: when no ProgressBar is among |callbacks|, the Trainer adds
+  // one on stdout (a bar on a terminal, one line per epoch otherwise). false: no progress output.
+  bool enable_progress_bar = true;
   std::vector<std::shared_ptr<Callback>> callbacks;
 };
 
@@ -64,8 +67,10 @@ struct EvalResult {
 class Trainer {
  public:
   // Resolves the device now. Throws ConfigError for an unknown accelerator name (listing the
-  // valid ones) or a bad option, DeviceUnavailable for an accelerator that can not run (listing
-  // those that can), ConfigError when |devices| is more than the accelerator has.
+  // valid ones) or a bad option (max_epochs or batch_size below 1, a negative limit, a
+  // ProgressBar among the callbacks with enable_progress_bar false), DeviceUnavailable for an
+  // accelerator that can not run (listing those that can), ConfigError when |devices| is more
+  // than the accelerator has.
   explicit Trainer(TrainerOptions options);
 
   Device& device() const { return *device_; }
@@ -73,11 +78,17 @@ class Trainer {
 
   // Trains |model| on |train| with |optimizer| (built over model's parameters) for the epochs
   // left until max_epochs, evaluating on |test| (when given) after each. With |ckpt_path| the
-  // run continues from that checkpoint: parameters, optimizer state, epoch, step, seed and
-  // history, so that the result is bit-identical to an uninterrupted run on the same device.
+  // run continues from that checkpoint (load_checkpoint: every field is checked first):
+  // parameters, optimizer state, epoch, step, seed and history, so that the result is
+  // bit-identical to an uninterrupted run on the same device. A checkpoint that already reached
+  // max_epochs leaves nothing to train: fit calls on_fit_start and on_fit_end, trains nothing and
+  // says so (the progress bar prints it; the log at info level). Throws InvalidArgument before
+  // training when |train| or |test| has no samples; the errors of load_checkpoint and of the
+  // callbacks otherwise.
   void fit(Module& model, Optimizer& optimizer, const Dataset& train, const Dataset* test = nullptr,
            const std::filesystem::path& ckpt_path = {});
-  // Loss and accuracy of |model| on |data| (evaluation mode, no gradients).
+  // Loss and accuracy of |model| on |data| (evaluation mode, no gradients). Throws
+  // InvalidArgument naming the dataset when it has no samples: an accuracy of nothing is not 0%.
   EvalResult evaluate(Module& model, const Dataset& data);
 
   // For callbacks, valid during fit.
@@ -85,6 +96,7 @@ class Trainer {
   Optimizer& optimizer() const { return *optimizer_; }
   const TrainingProgress& progress() const { return progress_; }
   bool resumed() const { return resumed_; }
+  // The checkpoint this fit resumed from (empty when it did not); callbacks never write it.
   const std::filesystem::path& resumed_from() const { return resumed_from_; }
 
  private:
