@@ -149,10 +149,10 @@ TEST(SafetensorsInput, CraftedHeadersNameTheFileTheEntryAndTheProblem) {
   expect(safetensors(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                      R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
                      f32x2),
-         "key 'w' is repeated");
+         "entry 'w' is repeated");
   expect(
       safetensors(R"({"w":{"dtype":"F32","dtype":"U8","shape":[2],"data_offsets":[0,8]}})", f32x2),
-      "key 'dtype' is repeated");
+      "entry 'w' repeats key 'dtype'");
   expect(safetensors(R"({"w":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})", f32x2),
          "header nests deeper than name -> entry -> shape");
 }

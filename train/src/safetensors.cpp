@@ -124,6 +124,7 @@ SafetensorsContents load_safetensors(const fs::path& path, Device* device) {
   // The header is at most three levels deep (the object of entries, an entry, its shape), and no
   // object repeats a key (the JSON parser would keep the last one silently).
   std::vector<std::set<std::string>> keys;
+  std::string parsing;  // the top-level key being parsed
   auto check = [&](int depth, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
@@ -134,10 +135,14 @@ SafetensorsContents load_safetensors(const fs::path& path, Device* device) {
       case json::parse_event_t::object_end:
         keys.pop_back();
         break;
-      case json::parse_event_t::key:
-        if (!keys.back().insert(parsed.get<std::string>()).second)
-          throw bad(fmt::format("key '{}' is repeated", parsed.get<std::string>()));
+      case json::parse_event_t::key: {
+        const std::string& key = parsed.get_ref<const std::string&>();
+        if (depth == 1) parsing = key;
+        if (!keys.back().insert(key).second)
+          throw bad(depth == 1 ? fmt::format("entry '{}' is repeated", key)
+                               : fmt::format("entry '{}' repeats key '{}'", parsing, key));
         break;
+      }
       default:
         break;
     }
