@@ -2,26 +2,49 @@
 
 #include <zlib.h>
 
-#include <cerrno>
-#include <cstring>
+#include <algorithm>
+#include <exception>
+#include <limits>
 #include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "tessera/checked.h"
 #include "tessera/errors.h"
+#include "tessera/file.h"
 #include "tessera/train/random.h"
 
 namespace tessera::train {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Deflate never expands data by more than about 1032:1, so a gzip file of N bytes holds at most
+// this many times N bytes: a header that claims more is truncated, whatever the data says.
+constexpr std::uint64_t kMaxDeflateRatio = 1032;
+// Memory for a gzip file's data grows as the data arrives, starting from this much.
+constexpr std::size_t kFirstChunk = std::size_t{1} << 20;
+// No IDX file of unsigned bytes we read is anywhere near this large.
+constexpr std::uint64_t kMaxIdxData = std::uint64_t{1} << 34;
+
+std::string dims_str(const std::vector<std::int64_t>& dims) {
+  return fmt::format("[{}]", fmt::join(dims, ", "));
+}
+
+}  // namespace
+
 IdxArray read_idx(const fs::path& path) {
   auto bad = [&](const std::string& what) {
     return FileError(fmt::format("{}: {}", path.string(), what));
   };
-  if (!fs::exists(path)) throw bad("no such file");
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw bad(fmt::format("can not open: {}", std::strerror(errno)));
+  RegularFile file(path);  // refuses FIFOs, directories and devices without blocking
+  const std::uint64_t file_size = file.size();
+  gzFile f = gzdopen(file.fd(), "rb");
+  if (!f) throw bad("can not open: out of memory for the gzip reader");
+  file.release();  // gzclose closes the descriptor from here on
   struct Closer {
     gzFile f;
     ~Closer() { gzclose(f); }
@@ -50,19 +73,55 @@ IdxArray read_idx(const fs::path& path) {
   const int ndims = magic[3];
   if (ndims < 1 || ndims > 4) throw bad(fmt::format("{} dimensions (1 to 4 expected)", ndims));
   IdxArray a;
-  std::size_t total = 1;
   for (int i = 0; i < ndims; ++i) {
     unsigned char b[4];
     if (read(b, 4) != 4) throw bad("truncated inside the dimension list");
     const std::uint32_t d = (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) |
                             (std::uint32_t{b[2]} << 8) | b[3];
     a.dims.push_back(d);
-    total *= d;
   }
-  if (total > (std::size_t{1} << 34)) throw bad("dimensions describe more than 16 GiB");
-  a.data.resize(total);
-  const std::size_t got = read(a.data.data(), total);
-  if (got != total)
+  // Everything the dimensions claim is checked against the file before any memory is taken.
+  const std::optional<std::int64_t> numel = checked_numel(a.dims);
+  if (!numel)
+    throw bad(fmt::format("the dimensions {} multiply past 64 bits; the header is corrupt",
+                          dims_str(a.dims)));
+  const auto total = static_cast<std::uint64_t>(*numel);
+  if (total > kMaxIdxData)
+    throw bad(
+        fmt::format("the dimensions {} describe {} bytes, more than the {} this reader "
+                    "accepts",
+                    dims_str(a.dims), total, format_bytes(kMaxIdxData)));
+  const bool compressed = gzdirect(f) == 0;
+  if (!compressed) {
+    const std::uint64_t header = 4 + 4 * static_cast<std::uint64_t>(ndims);
+    const std::uint64_t have = file_size >= header ? file_size - header : 0;
+    if (total > have)
+      throw bad(fmt::format("truncated: the dimensions say {} bytes of data, the file has {}",
+                            total, have));
+    if (total < have)
+      throw bad(
+          fmt::format("trailing bytes after the {} bytes of data (the file has {})", total, have));
+  } else {
+    const std::uint64_t most = checked_mul(file_size, kMaxDeflateRatio)
+                                   .value_or(std::numeric_limits<std::uint64_t>::max());
+    if (total > most)
+      throw bad(
+          fmt::format("truncated: the dimensions say {} bytes of data, more than the "
+                      "{}-byte gzip file can hold (at most {})",
+                      total, file_size, most));
+  }
+  // A plain file's size is now known to match, so its buffer is taken at once; a gzip file's
+  // buffer grows only as its data actually arrives.
+  const auto want = static_cast<std::size_t>(total);
+  a.data.resize(compressed ? std::min(want, kFirstChunk) : want);
+  std::size_t got = 0;
+  while (got < want) {
+    if (got == a.data.size()) a.data.resize(std::min(want, 2 * a.data.size()));
+    const std::size_t n = read(a.data.data() + got, a.data.size() - got);
+    got += n;
+    if (n == 0) break;
+  }
+  if (got != want)
     throw bad(
         fmt::format("truncated: the dimensions say {} bytes of data, the file has {}", total, got));
   char extra;
@@ -108,6 +167,19 @@ Dataset load_mnist_split(const fs::path& dir, const std::string& split) {
   if (images.dims[0] != labels.dims[0])
     throw FileError(fmt::format("{} has {} images but {} has {} labels", ip.string(),
                                 images.dims[0], lp.string(), labels.dims[0]));
+  if (images.dims[0] == 0)
+    throw FileError(fmt::format("{} and {} hold no samples: the {} split is empty; {}", ip.string(),
+                                lp.string(), split, kGetTheData));
+  if (images.dims[1] == 0 || images.dims[2] == 0)
+    throw FileError(fmt::format("{}: images of {}x{} pixels hold no data", ip.string(),
+                                images.dims[1], images.dims[2]));
+  const std::optional<std::int64_t> pixels = checked_mul(images.dims[1], images.dims[2]);
+  const std::optional<std::int64_t> bytes =
+      pixels ? checked_mul(images.dims[0], *pixels) : std::nullopt;
+  if (!bytes || images.data.size() != static_cast<std::uint64_t>(*bytes))
+    throw FileError(fmt::format("{}: {} images of {}x{} pixels do not match its {} bytes of data",
+                                ip.string(), images.dims[0], images.dims[1], images.dims[2],
+                                images.data.size()));
   Dataset d;
   d.name = dir.filename().string() + "/" + split;
   d.size = images.dims[0];
@@ -127,6 +199,20 @@ BatchLoader::BatchLoader(const Dataset& data, LoaderOptions options)
   if (options.batch_size <= 0)
     throw InvalidArgument(fmt::format("batch size must be positive, got {}", options.batch_size));
   if (!(options.std > 0)) throw InvalidArgument("normalisation std must be positive");
+  const std::optional<std::int64_t> pixels =
+      data.rows >= 0 && data.cols >= 0 ? checked_mul(data.rows, data.cols) : std::nullopt;
+  const std::optional<std::int64_t> bytes =
+      pixels && data.size >= 0 ? checked_mul(data.size, *pixels) : std::nullopt;
+  if (!bytes || data.images.size() != static_cast<std::uint64_t>(*bytes) ||
+      data.labels.size() != static_cast<std::uint64_t>(data.size))
+    throw InvalidArgument(fmt::format(
+        "dataset '{}': {} samples of {}x{} pixels need {} image bytes and {} labels, it holds {} "
+        "and {}",
+        data.name, data.size, data.rows, data.cols,
+        bytes ? fmt::to_string(*bytes) : std::string("more than 64 bits of"), data.size,
+        data.images.size(), data.labels.size()));
+  size_ = data.size;
+  pixels_ = *pixels;
   batches_ = options.drop_last ? data.size / options.batch_size
                                : (data.size + options.batch_size - 1) / options.batch_size;
   if (options.limit_batches > 0) batches_ = std::min(batches_, options.limit_batches);
@@ -150,51 +236,81 @@ void BatchLoader::stop() {
   if (worker_.joinable()) worker_.join();
   ready_.clear();
   stopping_ = false;
+  finished_ = false;
+  error_ = nullptr;
 }
 
 void BatchLoader::begin_epoch(std::int64_t epoch) {
   stop();
   std::vector<std::int64_t> order;
   if (options_.shuffle) {
-    order = permutation(data_.size, derive_seed(options_.seed, static_cast<std::uint64_t>(epoch)));
+    order = permutation(size_, derive_seed(options_.seed, static_cast<std::uint64_t>(epoch)));
   } else {
-    order.resize(static_cast<std::size_t>(data_.size));
+    order.resize(static_cast<std::size_t>(size_));
     std::iota(order.begin(), order.end(), 0);
   }
   produced_ = consumed_ = 0;
   worker_ = std::thread([this, o = std::move(order)]() mutable { produce(std::move(o)); });
 }
 
+void BatchLoader::check_dataset() const {
+  const std::optional<std::int64_t> pixels = checked_mul(data_.rows, data_.cols);
+  if (data_.size != size_ || pixels != pixels_ ||
+      data_.images.size() != static_cast<std::uint64_t>(size_ * pixels_) ||
+      data_.labels.size() != static_cast<std::uint64_t>(size_))
+    throw InvalidArgument(fmt::format(
+        "dataset '{}' changed after its BatchLoader was made (it had {} samples of {} pixels; now "
+        "{} samples of {}x{}, {} image bytes and {} labels); make a new loader",
+        data_.name, size_, pixels_, data_.size, data_.rows, data_.cols, data_.images.size(),
+        data_.labels.size()));
+}
+
 void BatchLoader::produce(std::vector<std::int64_t> order) {
-  const std::int64_t pixels = data_.rows * data_.cols;
-  const float scale = 1.0f / (255.0f * options_.std), shift = options_.mean / options_.std;
-  for (std::int64_t b = 0; b < batches_; ++b) {
-    Batch batch;
-    batch.index = b;
-    const std::int64_t begin = b * options_.batch_size;
-    batch.size = std::min(options_.batch_size, data_.size - begin);
-    batch.x.resize(static_cast<std::size_t>(batch.size * pixels));
-    batch.y.resize(static_cast<std::size_t>(batch.size));
-    for (std::int64_t i = 0; i < batch.size; ++i) {
-      const std::int64_t s = order[static_cast<std::size_t>(begin + i)];
-      const std::uint8_t* src = data_.images.data() + s * pixels;
-      float* dst = batch.x.data() + i * pixels;
-      for (std::int64_t p = 0; p < pixels; ++p) dst[p] = static_cast<float>(src[p]) * scale - shift;
-      batch.y[static_cast<std::size_t>(i)] = data_.labels[static_cast<std::size_t>(s)];
+  try {
+    check_dataset();
+    const std::int64_t pixels = pixels_;
+    const float scale = 1.0f / (255.0f * options_.std), shift = options_.mean / options_.std;
+    for (std::int64_t b = 0; b < batches_; ++b) {
+      Batch batch;
+      batch.index = b;
+      const std::int64_t begin = b * options_.batch_size;
+      batch.size = std::min(options_.batch_size, size_ - begin);
+      batch.x.resize(static_cast<std::size_t>(batch.size * pixels));
+      batch.y.resize(static_cast<std::size_t>(batch.size));
+      for (std::int64_t i = 0; i < batch.size; ++i) {
+        const std::int64_t s = order[static_cast<std::size_t>(begin + i)];
+        const std::uint8_t* src = data_.images.data() + s * pixels;
+        float* dst = batch.x.data() + i * pixels;
+        for (std::int64_t p = 0; p < pixels; ++p)
+          dst[p] = static_cast<float>(src[p]) * scale - shift;
+        batch.y[static_cast<std::size_t>(i)] = data_.labels[static_cast<std::size_t>(s)];
+      }
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || ready_.size() < options_.prefetch; });
+      if (stopping_) break;
+      ready_.push_back(std::move(batch));
+      ++produced_;
+      cv_.notify_all();
     }
-    std::unique_lock lock(mutex_);
-    cv_.wait(lock, [&] { return stopping_ || ready_.size() < options_.prefetch; });
-    if (stopping_) return;
-    ready_.push_back(std::move(batch));
-    ++produced_;
-    cv_.notify_all();
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    error_ = std::current_exception();
   }
+  {
+    std::lock_guard lock(mutex_);
+    finished_ = true;
+  }
+  cv_.notify_all();
 }
 
 bool BatchLoader::next(Batch& out) {
   if (!worker_.joinable() || consumed_ >= batches_) return false;
   std::unique_lock lock(mutex_);
-  cv_.wait(lock, [&] { return !ready_.empty(); });
+  cv_.wait(lock, [&] { return !ready_.empty() || finished_; });
+  if (ready_.empty()) {
+    if (error_) std::rethrow_exception(error_);
+    return false;  // the worker stopped early without an error: nothing more will come
+  }
   out = std::move(ready_.front());
   ready_.pop_front();
   ++consumed_;

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -22,9 +23,14 @@ struct IdxArray {
   std::vector<std::uint8_t> data;
 };
 
-// Reads an IDX file of unsigned bytes (type 0x08), gzip-compressed or not. Throws FileError
-// naming the file and what is wrong: missing, not IDX (magic), another element type, truncated
-// (fewer bytes than the dimensions say), or trailing bytes.
+// Reads an IDX file of unsigned bytes (type 0x08), gzip-compressed or not. Only a regular file is
+// opened (tessera/file.h's RegularFile: a FIFO, directory or device is refused at once). What
+// the header claims is checked before any memory is taken: the product of the dimensions is
+// overflow-checked; for a plain file it must equal the bytes after the header; for a gzip file it
+// must fit in what the compressed size can expand to (deflate's ratio is at most about 1032:1),
+// and the buffer then grows only as data arrives. Throws FileError naming the file and what is
+// wrong: missing, not a regular file, not IDX (magic), another element type, dimensions that
+// overflow, truncated (fewer bytes than the dimensions say), corrupt gzip data, or trailing bytes.
 IdxArray read_idx(const std::filesystem::path& path);
 
 // Images [N, rows, cols] as bytes and their labels [N].
@@ -39,8 +45,10 @@ struct Dataset {
 };
 
 // Loads split "train" or "t10k" from |dir| (files SPLIT-images-idx3-ubyte[.gz] and
-// SPLIT-labels-idx1-ubyte[.gz]). Throws FileError when a file is missing or malformed, or when
-// image and label counts differ or a label is not below 10; the message says how to get the data.
+// SPLIT-labels-idx1-ubyte[.gz]). Throws FileError naming the files when one is missing or
+// malformed (read_idx), when image and label counts differ, when the split holds no samples or
+// its images no pixels, or when a label is not below 10; a missing or empty split's message says
+// how to get the data.
 Dataset load_mnist_split(const std::filesystem::path& dir, const std::string& split);
 
 // One batch, ready to copy to a device: x [size, 1, rows, cols] normalised, y [size] as i32.
@@ -64,9 +72,16 @@ struct LoaderOptions {
 
 // Iterates a dataset in batches. begin_epoch(e) starts a background thread that gathers, in the
 // order permutation(size, derive_seed(seed, e)), and normalises up to |prefetch| batches ahead;
-// next() hands them over in order. One consumer thread; the dataset must outlive the loader.
+// next() hands them over in order. One consumer thread; the dataset must outlive the loader and
+// keep its sizes (each epoch's worker checks them again). An exception on the worker (a dataset
+// that changed, std::bad_alloc) never terminates the process: the worker stops, and next()
+// rethrows it on the consumer thread once the batches made before it are handed over, and again
+// on every later call until begin_epoch. Stopping (begin_epoch, the destructor) never waits on a
+// worker that failed.
 class BatchLoader {
  public:
+  // Throws InvalidArgument for a batch size that is not positive, a std that is not positive, or
+  // a dataset whose images and labels do not hold size * rows * cols and size bytes.
   BatchLoader(const Dataset& data, LoaderOptions options);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
@@ -76,22 +91,27 @@ class BatchLoader {
   std::int64_t num_samples() const;
   const Dataset& dataset() const { return data_; }
   void begin_epoch(std::int64_t epoch);
-  // The next batch of the epoch, or false at its end.
+  // The next batch of the epoch, or false at its end (or before the first begin_epoch). Rethrows
+  // what the worker threw (see above).
   bool next(Batch& out);
 
  private:
   void stop();
   void produce(std::vector<std::int64_t> order);
+  void check_dataset() const;
 
   const Dataset& data_;
   LoaderOptions options_;
   std::int64_t batches_ = 0;
+  std::int64_t size_ = 0, pixels_ = 0;  // the dataset's shape when the loader was made
   std::thread worker_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Batch> ready_;
   std::int64_t produced_ = 0, consumed_ = 0;
   bool stopping_ = false;
+  bool finished_ = false;     // the worker has returned (normally or by an exception)
+  std::exception_ptr error_;  // what the worker threw, for next() to rethrow
 };
 
 }  // namespace tessera::train
