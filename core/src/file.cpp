@@ -9,9 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -215,15 +213,15 @@ std::string read_regular_file(const fs::path& path, std::uint64_t max_bytes,
 
 std::optional<std::string> cache_read(std::string_view name) {
   const fs::path path = cache_directory_from_env() / name;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (!in && !in.eof()) {
-    log().debug("cache entry {} is unreadable; ignoring it", path.string());
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  try {
+    // A regular file only (a FIFO planted in the cache must not block), and no entry over 1 GiB.
+    return read_regular_file(path, std::uint64_t{1} << 30, "cache entry");
+  } catch (const Error& e) {
+    log().debug("cache entry {} is unusable ({}); ignoring it", path.string(), e.what());
     return std::nullopt;
   }
-  return std::move(s).str();
 }
 
 void cache_write(std::string_view name, std::string_view contents) noexcept {

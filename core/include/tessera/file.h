@@ -75,10 +75,11 @@ std::string read_regular_file(const std::filesystem::path& path, std::uint64_t m
 
 // Compiled device code (Vulkan pipeline caches, OpenCL program binaries) is cached best effort:
 // entries are files under cache_directory_from_env() (config.h) whose |name| the plugin builds from
-// everything the contents depend on. cache_read returns nullopt when the entry is missing or
-// unreadable; cache_write writes atomically (a crash never leaves a torn entry; concurrent writers
-// of one name are safe) and never throws: a failure is logged at debug level and the cache skipped.
-// The caller must still validate what it reads (a foreign or corrupt entry).
+// everything the contents depend on. cache_read returns nullopt when the entry is missing,
+// unreadable, not a regular file or over 1 GiB; cache_write writes atomically (a crash never leaves
+// a torn entry; concurrent writers of one name are safe) and never throws: a failure is logged at
+// debug level and the cache skipped. The caller must still validate what it reads (a foreign or
+// corrupt entry).
 std::optional<std::string> cache_read(std::string_view name);
 void cache_write(std::string_view name, std::string_view contents) noexcept;
 
