@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -45,6 +46,7 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -405,6 +407,12 @@ std::string cpu_model() {
   return "unknown";
 }
 
+// The models of the train and fit cases: tessera::train::make_model's names, which the fit case
+// passes to tessera-train --model and to bench/fit_peer.py (train_peer.py's MODELS). A model
+// added to both is added here.
+constexpr std::array<std::string_view, 2> kModels{"mlp", "cnn"};
+constexpr const char* kModelList = "mlp, cnn";
+
 // The fit case's settings, the same for both sides.
 struct FitOptions {
   int epochs = 10;
@@ -426,6 +434,11 @@ struct ChildRun {
   bool timed_out = false;       // killed at the deadline
   std::string out, err;         // what it printed
 };
+
+// A test accuracy (a fraction) in percent with two decimals, as tessera-train prints it.
+double percent(double fraction) {
+  return std::round(fraction * 10000) / 100;
+}
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -548,7 +561,7 @@ void read_fit_metrics(const fs::path& csv, int epochs, json& side) {
       if (sec >= cells.size() || acc >= cells.size())
         throw std::invalid_argument("a row without the seconds and test_accuracy columns");
       seconds.push_back(std::stod(cells[sec]));
-      accuracy.push_back(100 * std::stod(cells[acc]));
+      accuracy.push_back(percent(std::stod(cells[acc])));
     }
   } catch (const std::exception& e) {
     side["error"] =
@@ -631,7 +644,7 @@ json fit_peer(const std::string& torch_device, const std::string& model, const F
     json seconds = json::array(), accuracy = json::array();
     for (const json& e : p.at("epochs")) {
       seconds.push_back(e.at("seconds"));
-      accuracy.push_back(100 * e.at("test_accuracy").get<double>());
+      accuracy.push_back(percent(e.at("test_accuracy").get<double>()));
     }
     if (static_cast<int>(seconds.size()) != o.epochs)
       throw std::invalid_argument(fmt::format("{} epoch(s), not {}", seconds.size(), o.epochs));
@@ -704,7 +717,7 @@ int main(int argc, char** argv) {
       "train-steps", po::value(&train_steps)->default_value(train_steps),
       "training steps per timed run of the train case")(
       "models", po::value(&models)->default_value(models),
-      "comma list of the train and fit cases' models: mlp, cnn")(
+      fmt::format("comma list of the train and fit cases' models: {}", kModelList).c_str())(
       "epochs", po::value(&fit.epochs)->default_value(fit.epochs), "fit case: epochs of each run")(
       "data", po::value(&fit.data)->default_value(fit.data),
       "fit case: directory of the Fashion-MNIST IDX files")(
@@ -738,8 +751,8 @@ int main(int argc, char** argv) {
     if (!(fit.timeout_s > 0 && fit.timeout_s <= 1e6))
       throw po::error("--fit-timeout must be more than 0 and at most 1000000 seconds");
     for (const std::string& m : split(models, ','))
-      if (m != "mlp" && m != "cnn")
-        throw po::error(fmt::format("--models: unknown model '{}' (mlp, cnn)", m));
+      if (std::find(kModels.begin(), kModels.end(), m) == kModels.end())
+        throw po::error(fmt::format("--models: unknown model '{}' ({})", m, kModelList));
   } catch (const po::error& e) {
     std::cerr << "tessera-bench: " << e.what() << "\n" << opts;
     return 2;
@@ -850,7 +863,7 @@ int main(int argc, char** argv) {
       std::ofstream(tmp) << report.dump(2) << "\n";
       std::rename(tmp.c_str(), out_file.c_str());
     }
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // tessera::Error, or a fit run's directory in /tmp
     std::cerr << "tessera-bench: " << e.what() << "\n";
     return 1;
   }
