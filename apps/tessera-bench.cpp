@@ -24,7 +24,8 @@
 //             from spawn to exit; beside bench/fit_peer.py, the same job in PyTorch (same model,
 //             Adam lr 0.001, batch 128, epochs, data and limits; CUDA for GPUs), timed likewise.
 //             Each side reports its wall seconds (process start to the final test accuracy), each
-//             epoch's training seconds and test accuracy, and the final test accuracy; ratio is
+//             epoch's training seconds and test accuracy, the final test accuracy and the seconds
+//             outside the training loops (start, data, evaluation, checkpoints); ratio is
 //             the peer's wall seconds over Tessera's. A side that fails, or runs past
 //             --fit-timeout (then it is killed), is an error in its result, not a failed benchmark.
 #include <dlfcn.h>
@@ -543,6 +544,14 @@ json fit_side(const ChildRun& run, const std::string& cmd, const FitOptions& o,
   return side;
 }
 
+// The side's wall seconds outside its epochs' training loops (process start, data loading,
+// evaluations, checkpoints, exit) into |side|, which has "seconds" and "epoch_seconds".
+void add_seconds_outside_training(json& side) {
+  double training = 0;
+  for (const json& s : side["epoch_seconds"]) training += s.get<double>();
+  side["seconds_outside_training"] = side["seconds"].get<double>() - training;
+}
+
 // Each epoch's training seconds and test accuracy (percent) from tessera-train's metrics CSV
 // into |side|; an "error" naming the file when it is missing, malformed or short of |epochs|.
 void read_fit_metrics(const fs::path& csv, int epochs, json& side) {
@@ -576,6 +585,7 @@ void read_fit_metrics(const fs::path& csv, int epochs, json& side) {
   side["epoch_seconds"] = seconds;
   side["epoch_test_accuracy"] = accuracy;
   side["test_accuracy"] = accuracy.back();
+  add_seconds_outside_training(side);
 }
 
 // tessera-train's whole run of |model| on |dev|, in |dir|.
@@ -654,6 +664,7 @@ json fit_peer(const std::string& torch_device, const std::string& model, const F
     side["epoch_seconds"] = seconds;
     side["epoch_test_accuracy"] = accuracy;
     side["test_accuracy"] = accuracy.back();
+    add_seconds_outside_training(side);
   } catch (const std::exception& e) {
     side["error"] = fmt::format("`{}` printed no usable result ({}): {}",
                                 side["command"].get<std::string>(), e.what(), last_line(run.out));

@@ -267,6 +267,10 @@ TEST(TesseraBench, FitRunsTesseraTrainAndThePeerAndReportsTimeToAccuracy) {
     EXPECT_GE(accuracy, 0);
     EXPECT_LE(accuracy, 100);
     EXPECT_EQ(s["epoch_test_accuracy"][0].get<double>(), accuracy);
+    EXPECT_GT(s["seconds_outside_training"].get<double>(), 0);
+    EXPECT_DOUBLE_EQ(
+        s["seconds_outside_training"].get<double>() + s["epoch_seconds"][0].get<double>(),
+        s["seconds"].get<double>());
   }
   EXPECT_NE(res["tessera"]["command"].get<std::string>().find("--limit-train-batches 5"),
             std::string::npos);
