@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from train_peer import MODELS
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts (a source or installed tree)
+from train_peer import MODELS  # noqa: E402
 
 MEAN, STD = 0.2860, 0.3530
 
