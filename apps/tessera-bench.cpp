@@ -18,10 +18,25 @@
 //             and the peer's and reports the median round of each. Each run also records the
 //             share of the machine's CPU time the hypervisor took during it (steal_percent, from
 //             /proc/stat), which marks the rounds a noisy VM slowed.
+//   fit       whole training runs, as a user runs them: tessera-train (found next to
+//             tessera-bench, or --tessera-train) for --epochs on each device and model, with its
+//             data loading, evaluation each epoch and a checkpoint each epoch, timed as a process
+//             from spawn to exit; beside bench/fit_peer.py, the same job in PyTorch (same model,
+//             Adam lr 0.001, batch 128, epochs, data and limits; CUDA for GPUs), timed likewise.
+//             Each side reports its wall seconds (process start to the final test accuracy), each
+//             epoch's training seconds and test accuracy, the final test accuracy and the seconds
+//             outside the training loops (start, data, evaluation, checkpoints); ratio is
+//             the peer's wall seconds over Tessera's. A side that fails, or runs past
+//             --fit-timeout (then it is killed), is an error in its result, not a failed benchmark.
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -31,6 +46,8 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <sstream>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -44,6 +61,9 @@ namespace po = boost::program_options;
 using json = nlohmann::ordered_json;
 using namespace tessera;
 using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+extern char** environ;
 
 namespace {
 
@@ -388,6 +408,309 @@ std::string cpu_model() {
   return "unknown";
 }
 
+// The models of the train and fit cases: tessera::train::make_model's names, which the fit case
+// passes to tessera-train --model and to bench/fit_peer.py (train_peer.py's MODELS). A model
+// added to both is added here.
+constexpr std::array<std::string_view, 2> kModels{"mlp", "cnn"};
+constexpr const char* kModelList = "mlp, cnn";
+
+// The fit case's settings, the same for both sides.
+struct FitOptions {
+  int epochs = 10;
+  std::string data = train::kDefaultFashionMnistDir;
+  std::int64_t limit_train_batches = 0, limit_test_batches = 0;  // 0: all
+  double timeout_s = 3600;  // per run; then the run is killed and reported as an error
+  std::string tessera_train, python, peer_dir;
+};
+constexpr std::int64_t kFitBatch = 128;
+constexpr const char* kFitLr = "0.001";  // Adam's, as tessera-train's default
+
+// A child process run to its exit or to a deadline.
+struct ChildRun {
+  bool started = false;
+  std::string why_not_started;  // strerror of the spawn
+  double seconds = 0;           // from just before the spawn to its exit (or to the kill)
+  int exit_status = -1;         // when it exited
+  int signal = 0;               // the signal that ended it, when one did
+  bool timed_out = false;       // killed at the deadline
+  std::string out, err;         // what it printed
+};
+
+// A test accuracy (a fraction) in percent with two decimals, as tessera-train prints it.
+double percent(double fraction) {
+  return std::round(fraction * 10000) / 100;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The command line of |argv| as a user would type it (arguments with spaces quoted).
+std::string command_line(const std::vector<std::string>& argv) {
+  std::string cmd;
+  for (const std::string& a : argv)
+    cmd += (cmd.empty() ? "" : " ") +
+           (a.find_first_of(" \t'\"") == std::string::npos ? a : "'" + a + "'");
+  return cmd;
+}
+
+// Runs |argv| (argv[0] looked up in PATH) with stdin from /dev/null and stdout and stderr into
+// |dir|/|name|.out and .err until it exits or |timeout_s| seconds pass; then it is killed
+// (SIGKILL) and reaped, so that a hung run can not hang the benchmark. The child's failures are
+// in the result; nothing is thrown. Not thread-safe (waits for its own child only).
+ChildRun run_child(const std::vector<std::string>& argv, double timeout_s, const fs::path& dir,
+                   const std::string& name) {
+  ChildRun r;
+  const fs::path out = dir / (name + ".out"), err = dir / (name + ".err");
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const auto t0 = Clock::now();
+  const int rc = posix_spawnp(&pid, args[0], &files, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
+  if (rc != 0) {
+    r.why_not_started = std::strerror(rc);
+    return r;
+  }
+  r.started = true;
+  const auto deadline =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  int status = 0;
+  for (;;) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) {
+      r.why_not_started = fmt::format("waitpid: {}", std::strerror(errno));
+      r.started = false;
+      return r;
+    }
+    if (Clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      r.timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (WIFEXITED(status)) r.exit_status = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  r.out = read_text(out);
+  r.err = read_text(err);
+  return r;
+}
+
+std::string last_line(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  const std::size_t at = text.rfind('\n');
+  return text.empty() ? "(nothing)" : text.substr(at == std::string::npos ? 0 : at + 1);
+}
+
+// Why |r| is not a success (the command, and its exit status, signal or deadline, and the last
+// line it printed); empty when it exited with status 0.
+std::string failure(const ChildRun& r, const std::string& cmd, double timeout_s) {
+  if (!r.started) return fmt::format("`{}` could not be started: {}", cmd, r.why_not_started);
+  const std::string said = last_line(r.err.empty() ? r.out : r.err);
+  if (r.timed_out)
+    return fmt::format(
+        "`{}` did not finish within {} s (--fit-timeout) and was killed; its last output: {}", cmd,
+        timeout_s, said);
+  if (r.signal)
+    return fmt::format("`{}` was killed by signal {} ({}) after {:.1f} s; its last output: {}", cmd,
+                       r.signal, strsignal(r.signal), r.seconds, said);
+  if (r.exit_status != 0)
+    return fmt::format("`{}` failed (exit status {}): {}", cmd, r.exit_status, said);
+  return {};
+}
+
+// One side of a fit result: its command, wall seconds and the CPU time stolen meanwhile, and
+// "error" when it did not succeed.
+json fit_side(const ChildRun& run, const std::string& cmd, const FitOptions& o,
+              const CpuTimes& before) {
+  json side{{"command", cmd}};
+  if (run.started) side["seconds"] = run.seconds;
+  side["steal_percent"] = steal_percent_since(before);
+  if (std::string why = failure(run, cmd, o.timeout_s); !why.empty()) side["error"] = why;
+  return side;
+}
+
+// The side's wall seconds outside its epochs' training loops (process start, data loading,
+// evaluations, checkpoints, exit) into |side|, which has "seconds" and "epoch_seconds".
+void add_seconds_outside_training(json& side) {
+  double training = 0;
+  for (const json& s : side["epoch_seconds"]) training += s.get<double>();
+  side["seconds_outside_training"] = side["seconds"].get<double>() - training;
+}
+
+// Each epoch's training seconds and test accuracy (percent) from tessera-train's metrics CSV
+// into |side|; an "error" naming the file when it is missing, malformed or short of |epochs|.
+void read_fit_metrics(const fs::path& csv, int epochs, json& side) {
+  std::ifstream in(csv);
+  std::string line;
+  std::vector<std::string> header;
+  if (std::getline(in, line)) header = split(line, ',');
+  const auto column = [&](const char* name) {
+    return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  };
+  const std::size_t sec = column("seconds"), acc = column("test_accuracy");
+  json seconds = json::array(), accuracy = json::array();
+  try {
+    while (std::getline(in, line)) {
+      const auto cells = split(line, ',');
+      if (sec >= cells.size() || acc >= cells.size())
+        throw std::invalid_argument("a row without the seconds and test_accuracy columns");
+      seconds.push_back(std::stod(cells[sec]));
+      accuracy.push_back(percent(std::stod(cells[acc])));
+    }
+  } catch (const std::exception& e) {
+    side["error"] =
+        fmt::format("tessera-train's metrics {} can not be read: {}", csv.string(), e.what());
+    return;
+  }
+  if (static_cast<int>(seconds.size()) != epochs) {
+    side["error"] = fmt::format("tessera-train's metrics {} have {} epoch(s), not {}", csv.string(),
+                                seconds.size(), epochs);
+    return;
+  }
+  side["epoch_seconds"] = seconds;
+  side["epoch_test_accuracy"] = accuracy;
+  side["test_accuracy"] = accuracy.back();
+  add_seconds_outside_training(side);
+}
+
+// tessera-train's whole run of |model| on |dev|, in |dir|.
+json fit_tessera(const Device& dev, const std::string& model, const FitOptions& o,
+                 const fs::path& dir) {
+  const std::vector<std::string> argv{o.tessera_train,
+                                      "--accelerator",
+                                      dev.id(),
+                                      "--model",
+                                      model,
+                                      "--epochs",
+                                      std::to_string(o.epochs),
+                                      "--optimizer",
+                                      "adam",
+                                      "--lr",
+                                      kFitLr,
+                                      "--batch-size",
+                                      std::to_string(kFitBatch),
+                                      "--data",
+                                      o.data,
+                                      "--limit-train-batches",
+                                      std::to_string(o.limit_train_batches),
+                                      "--limit-test-batches",
+                                      std::to_string(o.limit_test_batches),
+                                      "--checkpoint-dir",
+                                      (dir / "checkpoints").string(),
+                                      "--metrics",
+                                      (dir / "metrics.csv").string(),
+                                      "-q"};
+  const CpuTimes before = cpu_times();
+  const ChildRun run = run_child(argv, o.timeout_s, dir, "tessera-train");
+  json side = fit_side(run, command_line(argv), o, before);
+  if (!side.contains("error")) read_fit_metrics(dir / "metrics.csv", o.epochs, side);
+  return side;
+}
+
+// fit_peer.py's whole run of |model| on PyTorch's |torch_device|, in |dir|.
+json fit_peer(const std::string& torch_device, const std::string& model, const FitOptions& o,
+              const fs::path& dir) {
+  const std::vector<std::string> argv{o.python,
+                                      o.peer_dir + "/fit_peer.py",
+                                      "--device",
+                                      torch_device,
+                                      "--model",
+                                      model,
+                                      "--epochs",
+                                      std::to_string(o.epochs),
+                                      "--lr",
+                                      kFitLr,
+                                      "--batch-size",
+                                      std::to_string(kFitBatch),
+                                      "--data",
+                                      o.data,
+                                      "--limit-train-batches",
+                                      std::to_string(o.limit_train_batches),
+                                      "--limit-test-batches",
+                                      std::to_string(o.limit_test_batches),
+                                      "--checkpoint-dir",
+                                      (dir / "checkpoints").string()};
+  const CpuTimes before = cpu_times();
+  const ChildRun run = run_child(argv, o.timeout_s, dir, "fit_peer");
+  json side = fit_side(run, command_line(argv), o, before);
+  if (side.contains("error")) return side;
+  try {
+    const json p = json::parse(run.out);
+    json seconds = json::array(), accuracy = json::array();
+    for (const json& e : p.at("epochs")) {
+      seconds.push_back(e.at("seconds"));
+      accuracy.push_back(percent(e.at("test_accuracy").get<double>()));
+    }
+    if (static_cast<int>(seconds.size()) != o.epochs)
+      throw std::invalid_argument(fmt::format("{} epoch(s), not {}", seconds.size(), o.epochs));
+    side["name"] = fmt::format("{} on {}", p.at("peer").get<std::string>(),
+                               p.at("device_name").get<std::string>());
+    side["threads"] = p.at("threads");
+    side["epoch_seconds"] = seconds;
+    side["epoch_test_accuracy"] = accuracy;
+    side["test_accuracy"] = accuracy.back();
+    add_seconds_outside_training(side);
+  } catch (const std::exception& e) {
+    side["error"] = fmt::format("`{}` printed no usable result ({}): {}",
+                                side["command"].get<std::string>(), e.what(), last_line(run.out));
+  }
+  return side;
+}
+
+// A fresh directory for one run's checkpoints, metrics and output (removed by the caller).
+fs::path fit_dir(const std::string& side) {
+  static int runs = 0;
+  const fs::path dir = fs::temp_directory_path() /
+                       fmt::format("tessera-bench-fit-{}-{}-{}", ::getpid(), ++runs, side);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// The fit result of |model| on |dev|: both sides, and the ratio of the peer's wall seconds to
+// Tessera's when both succeeded.
+json fit_result(const Device& dev, const std::string& model, const FitOptions& o,
+                const json& tessera_side, const json& peer_side) {
+  json r{{"case", "fit"},
+         {"device", dev.id()},
+         {"model", model},
+         {"epochs", o.epochs},
+         {"batch", kFitBatch},
+         {"optimizer", fmt::format("Adam, lr {}", kFitLr)},
+         {"data", o.data},
+         {"limit_train_batches", o.limit_train_batches},
+         {"limit_test_batches", o.limit_test_batches},
+         {"tessera", tessera_side},
+         {"peer", peer_side}};
+  if (!tessera_side.contains("error") && !peer_side.contains("error"))
+    r["ratio"] = peer_side["seconds"].get<double>() / tessera_side["seconds"].get<double>();
+  return r;
+}
+
+// tessera-train next to this executable, else the one in PATH.
+std::string default_tessera_train() {
+  std::error_code ec;
+  const auto exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && fs::exists(exe.parent_path() / "tessera-train", ec))
+    return (exe.parent_path() / "tessera-train").string();
+  return "tessera-train";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -396,18 +719,31 @@ int main(int argc, char** argv) {
   std::string peer_dir = default_peer_dir();
   std::vector<std::int64_t> sizes;
   int repeat = 5, train_steps = 20, rounds = 1;
+  FitOptions fit;
+  fit.tessera_train = default_tessera_train();
   opts.add_options()("help,h", "show this help")(
       "devices", po::value(&device_list)->default_value("all"), "comma list of devices, or all")(
       "cases", po::value(&cases)->default_value("sgemm,add,dispatch"),
-      "comma list: sgemm, add, dispatch, train")(
+      "comma list: sgemm, add, dispatch, train, fit")(
       "train-steps", po::value(&train_steps)->default_value(train_steps),
       "training steps per timed run of the train case")(
       "models", po::value(&models)->default_value(models),
-      "comma list of the train case's models: mlp, cnn")(
+      fmt::format("comma list of the train and fit cases' models: {}", kModelList).c_str())(
+      "epochs", po::value(&fit.epochs)->default_value(fit.epochs), "fit case: epochs of each run")(
+      "data", po::value(&fit.data)->default_value(fit.data),
+      "fit case: directory of the Fashion-MNIST IDX files")(
+      "limit-train-batches", po::value(&fit.limit_train_batches)->default_value(0),
+      "fit case: train on this many batches per epoch (0: all)")(
+      "limit-test-batches", po::value(&fit.limit_test_batches)->default_value(0),
+      "fit case: evaluate on this many batches (0: all)")(
+      "fit-timeout", po::value(&fit.timeout_s)->default_value(fit.timeout_s),
+      "fit case: seconds a run may take before it is killed and reported as an error")(
+      "tessera-train", po::value(&fit.tessera_train)->default_value(fit.tessera_train),
+      "fit case: the tessera-train executable")(
       "rounds", po::value(&rounds)->default_value(rounds),
       "train case: rounds of (Tessera, peer) runs, alternated; the median round is reported")(
       "torch-python", po::value(&torch_python)->default_value(torch_python),
-      "the Python that runs the PyTorch peers (train_peer.py, gpu_peer.py)")(
+      "the Python that runs the PyTorch peers (train_peer.py, fit_peer.py, gpu_peer.py)")(
       "peer-dir", po::value(&peer_dir)->default_value(peer_dir),
       "the directory of the PyTorch peer scripts")("sizes", po::value(&sizes)->multitoken(),
                                                    "SGEMM sizes (default 512 1024 2048)")(
@@ -420,9 +756,14 @@ int main(int argc, char** argv) {
     po::notify(vm);
     if (repeat < 1) throw po::error("--repeat must be at least 1");
     if (rounds < 1) throw po::error("--rounds must be at least 1");
+    if (fit.epochs < 1) throw po::error("--epochs must be at least 1");
+    if (fit.limit_train_batches < 0 || fit.limit_test_batches < 0)
+      throw po::error("--limit-train-batches and --limit-test-batches must be 0 (all) or more");
+    if (!(fit.timeout_s > 0 && fit.timeout_s <= 1e6))
+      throw po::error("--fit-timeout must be more than 0 and at most 1000000 seconds");
     for (const std::string& m : split(models, ','))
-      if (m != "mlp" && m != "cnn")
-        throw po::error(fmt::format("--models: unknown model '{}' (mlp, cnn)", m));
+      if (std::find(kModels.begin(), kModels.end(), m) == kModels.end())
+        throw po::error(fmt::format("--models: unknown model '{}' ({})", m, kModelList));
   } catch (const po::error& e) {
     std::cerr << "tessera-bench: " << e.what() << "\n" << opts;
     return 2;
@@ -447,6 +788,10 @@ int main(int argc, char** argv) {
     const bool do_dispatch = cases.find("dispatch") != std::string::npos;
     const bool do_train = cases.find("train") != std::string::npos;
     const bool do_add = cases.find("add") != std::string::npos;
+    const bool do_fit = cases.find("fit") != std::string::npos;
+    fit.python = torch_python;
+    fit.peer_dir = peer_dir;
+    std::map<std::string, json> fit_peers;           // by PyTorch device and model
     std::map<std::string, std::vector<json>> peers;  // train peer rounds, by PyTorch device
     json gpu_peer;                                   // run once, when a GPU is measured
     for (Device* d : targets) {
@@ -498,6 +843,23 @@ int main(int argc, char** argv) {
           std::cerr << results.back().dump() << "\n";
         }
       }
+      if (do_fit) {
+        // One whole run of each side per model; GPUs of one kind share the peer's run.
+        const std::string torch_device = d->info().type == DeviceType::cpu ? "cpu" : "cuda";
+        for (const std::string& model : split(models, ',')) {
+          const fs::path ours_dir = fit_dir("tessera");
+          const json ours = fit_tessera(*d, model, fit, ours_dir);
+          fs::remove_all(ours_dir);
+          json& theirs = fit_peers[torch_device + "/" + model];
+          if (theirs.is_null()) {
+            const fs::path peer_dir_run = fit_dir("peer");
+            theirs = fit_peer(torch_device, model, fit, peer_dir_run);
+            fs::remove_all(peer_dir_run);
+          }
+          results.push_back(fit_result(*d, model, fit, ours, theirs));
+          std::cerr << results.back().dump() << "\n";
+        }
+      }
     }
     std::string cmd;
     for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
@@ -512,7 +874,7 @@ int main(int argc, char** argv) {
       std::ofstream(tmp) << report.dump(2) << "\n";
       std::rename(tmp.c_str(), out_file.c_str());
     }
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // tessera::Error, or a fit run's directory in /tmp
     std::cerr << "tessera-bench: " << e.what() << "\n";
     return 1;
   }

@@ -27,9 +27,14 @@ def cnn():
                          nn.Linear(128, 10))
 
 
+# The models by the names tessera-train and tessera-bench give them (bench/fit_peer.py uses these
+# too): add one here and to tessera-bench's list of models.
+MODELS = {"mlp": mlp, "cnn": cnn}
+
+
 def measure(name, device, batch, steps, repeat):
     torch.manual_seed(0)
-    model = (mlp if name == "mlp" else cnn)().to(device)
+    model = MODELS[name]().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     x = torch.randn(batch, 1, 28, 28, device=device)

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
 echo "== build (Release, -Werror)"
-TESSERA_EXTRA_PACKAGES="python3-venv" scripts/setup.sh build -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON -DTESSERA_REQUIRE_GPU_PLUGINS=ON
+TESSERA_EXTRA_PACKAGES="python3-venv python3-torch" scripts/setup.sh build -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON -DTESSERA_REQUIRE_GPU_PLUGINS=ON
 
 # The checkpoint test reads a checkpoint with Python's safetensors library (PyPI, test-only): a
 # virtual environment in .venv-test, made once.

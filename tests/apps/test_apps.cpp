@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -225,6 +226,105 @@ TEST(TesseraBench, TrainRoundsListEachRoundWithItsStolenCpuTime) {
     EXPECT_LE(steal.get<double>(), 100);
   }
   EXPECT_NE(res["peer_error"].get<std::string>().find("failed"), std::string::npos) << res.dump();
+}
+
+// The Python with PyTorch that runs the fit case's peer: Debian's python3-torch, which
+// scripts/test.sh installs (TESSERA_TEST_TORCH_PYTHON names another).
+std::string torch_python() {
+  const char* py = std::getenv("TESSERA_TEST_TORCH_PYTHON");
+  return py && *py ? py : "/usr/bin/python3";
+}
+
+// The fit case runs tessera-train and the PyTorch peer as whole processes: each side's wall
+// seconds, each epoch's figures and the final accuracy, and the ratio of the two times.
+TEST(TesseraBench, FitRunsTesseraTrainAndThePeerAndReportsTimeToAccuracy) {
+  const Result r = run("TESSERA_DISABLE_PLUGINS=opencl,vulkan",
+                       std::string(BENCH_BIN) +
+                           " --cases fit --models mlp --epochs 1 --devices cpu"
+                           " --limit-train-batches 5 --limit-test-batches 2 --torch-python " +
+                           torch_python());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 1u) << r.out;
+  const json& res = j["results"][0];
+  EXPECT_EQ(res["case"], "fit");
+  EXPECT_EQ(res["device"], "cpu:0");
+  EXPECT_EQ(res["model"], "mlp");
+  EXPECT_EQ(res["epochs"], 1);
+  for (const char* side : {"tessera", "peer"}) {
+    SCOPED_TRACE(side);
+    ASSERT_TRUE(res.contains(side)) << res.dump();
+    const json& s = res[side];
+    ASSERT_FALSE(s.contains("error"))
+        << s["error"] << "\n(the peer needs Debian's python3-torch: apt-get install python3-torch,"
+        << " or run scripts/test.sh)";
+    EXPECT_GT(s["seconds"].get<double>(), 0);
+    ASSERT_EQ(s["epoch_seconds"].size(), 1u);
+    EXPECT_GT(s["epoch_seconds"][0].get<double>(), 0);
+    EXPECT_LT(s["epoch_seconds"][0].get<double>(), s["seconds"].get<double>());
+    ASSERT_EQ(s["epoch_test_accuracy"].size(), 1u);
+    const double accuracy = s["test_accuracy"].get<double>();
+    EXPECT_GE(accuracy, 0);
+    EXPECT_LE(accuracy, 100);
+    EXPECT_EQ(s["epoch_test_accuracy"][0].get<double>(), accuracy);
+    EXPECT_GT(s["seconds_outside_training"].get<double>(), 0);
+    EXPECT_DOUBLE_EQ(
+        s["seconds_outside_training"].get<double>() + s["epoch_seconds"][0].get<double>(),
+        s["seconds"].get<double>());
+  }
+  EXPECT_NE(res["tessera"]["command"].get<std::string>().find("--limit-train-batches 5"),
+            std::string::npos);
+  EXPECT_NE(res["peer"]["command"].get<std::string>().find("--limit-test-batches 2"),
+            std::string::npos);
+  EXPECT_NE(res["peer"]["name"].get<std::string>().find("PyTorch"), std::string::npos);
+  EXPECT_DOUBLE_EQ(res["ratio"].get<double>(),
+                   res["peer"]["seconds"].get<double>() / res["tessera"]["seconds"].get<double>());
+}
+
+// A side that fails, dies from a signal or hangs is an error in its result, with the command and
+// why; the benchmark itself finishes (a hung run is killed at --fit-timeout).
+TEST(TesseraBench, AFitRunThatFailsDiesOrHangsIsAnErrorInTheJson) {
+  // Both sides fail on missing data and say so.
+  Result r = run("TESSERA_DISABLE_PLUGINS=opencl,vulkan",
+                 std::string(BENCH_BIN) +
+                     " --cases fit --models mlp --epochs 1 --devices cpu --data /nonexistent/fm"
+                     " --torch-python " +
+                     torch_python());
+  ASSERT_EQ(r.code, 0) << r.err;
+  json res = json::parse(r.out)["results"][0];
+  EXPECT_FALSE(res.contains("ratio")) << res.dump();
+  const std::string ours = res["tessera"].value("error", "");
+  EXPECT_NE(ours.find("exit status 1"), std::string::npos) << ours;
+  EXPECT_NE(ours.find("/nonexistent/fm"), std::string::npos) << ours;
+  const std::string theirs = res["peer"].value("error", "");
+  EXPECT_NE(theirs.find("/nonexistent/fm"), std::string::npos) << theirs;
+  EXPECT_NE(theirs.find("no such file"), std::string::npos) << theirs;
+
+  // tessera-train hangs (killed at the deadline); the peer's Python dies from SIGSEGV.
+  const std::string dir = ::testing::TempDir();
+  const std::string hang = fmt::format("{}/tessera-fit-hang-{}.sh", dir, ::getpid());
+  const std::string crash = fmt::format("{}/tessera-fit-crash-{}.sh", dir, ::getpid());
+  std::ofstream(hang) << "#!/bin/sh\nexec sleep 60\n";
+  std::ofstream(crash) << "#!/bin/sh\nkill -SEGV $$\n";
+  std::filesystem::permissions(hang, std::filesystem::perms::owner_all);
+  std::filesystem::permissions(crash, std::filesystem::perms::owner_all);
+  r = run("TESSERA_DISABLE_PLUGINS=opencl,vulkan",
+          fmt::format("{} --cases fit --models mlp --devices cpu --fit-timeout 0.5 "
+                      "--tessera-train {} --torch-python {}",
+                      BENCH_BIN, hang, crash));
+  ASSERT_EQ(r.code, 0) << r.err;
+  res = json::parse(r.out)["results"][0];
+  EXPECT_NE(res["tessera"].value("error", "").find("did not finish within 0.5 s"),
+            std::string::npos)
+      << res.dump();
+  EXPECT_NE(res["peer"].value("error", "").find("killed by signal 11"), std::string::npos)
+      << res.dump();
+  EXPECT_FALSE(res.contains("ratio"));
+  std::filesystem::remove(hang);
+  std::filesystem::remove(crash);
+
+  EXPECT_EQ(run("", std::string(BENCH_BIN) + " --cases fit --fit-timeout 0").code, 2);
+  EXPECT_EQ(run("", std::string(BENCH_BIN) + " --cases fit --epochs 0").code, 2);
 }
 
 TEST(TesseraDevices, ACorruptCompiledCodeCacheIsIgnoredAndRewritten) {
