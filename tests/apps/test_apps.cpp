@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -41,9 +42,14 @@ TEST(TesseraDevices, JsonListsCpuTheTestPluginsAndEveryBrokenOneWithItsReason) {
   EXPECT_EQ((*cpu)["ops_supported"], (*cpu)["ops_total"]);
   EXPECT_TRUE((*cpu)["missing_ops"].empty());
   EXPECT_GT((*cpu)["memory_total"].get<std::uint64_t>(), 0u);
-  const std::pair<const char*, const char*> expected[] = {
-      {"wrongabi", "abi"},  {"noentry", "entry_point"}, {"throws", "create"},
-      {"notelf", "format"}, {"missingdep", "open"},     {"misnamed", "abi"}};
+  const std::pair<const char*, const char*> expected[] = {{"wrongabi", "abi"},
+                                                          {"noentry", "entry_point"},
+                                                          {"throws", "create"},
+                                                          {"notelf", "format"},
+                                                          {"missingdep", "open"},
+                                                          {"misnamed", "abi"},
+                                                          {"entrythrows", "entry_point"},
+                                                          {"unterminated", "create"}};
   for (const auto& [name, stage] : expected) {
     const json* p = find(j["plugins"], "name", name);
     ASSERT_NE(p, nullptr) << name;
@@ -103,6 +109,94 @@ TEST(TesseraDevices, AMalformedVariableIsReportedWithExitTwo) {
   EXPECT_NE(r.err.find("TESSERA_FALLBACK='maybe,' is not valid"), std::string::npos) << r.err;
   const Result bad_option = run("", std::string(DEVICES_BIN) + " --no-such-option");
   EXPECT_EQ(bad_option.code, 2);
+}
+
+// Exit status as the README gives it: 0 a device works, 1 none does, 2 a bad option, a malformed
+// TESSERA_* variable or a requested device that can not run.
+TEST(TesseraDevices, ExitsOneWhenNoDeviceWorksAndTwoWhenANamedOneCanNot) {
+  const std::string none = "TESSERA_DISABLE_PLUGINS=cpu,vulkan,opencl";
+  const Result r = run(none, DEVICES_BIN);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("Default device: none"), std::string::npos) << r.out;
+  EXPECT_EQ(run(none + " TESSERA_DEVICE=auto", DEVICES_BIN).code, 1);
+  EXPECT_EQ(run(none + " TESSERA_DEVICE=cpu", DEVICES_BIN).code, 2);
+  EXPECT_EQ(run("TESSERA_DISABLE_PLUGINS=vulkan,opencl", DEVICES_BIN).code, 0);
+}
+
+TEST(TesseraDevices, AnUnknownFallbackNameIsAMalformedVariable) {
+  const Result r =
+      run("TESSERA_FALLBACK=garbage TESSERA_DISABLE_PLUGINS=vulkan,opencl", DEVICES_BIN);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.out.find("TESSERA_FALLBACK='garbage' is not valid: 'garbage' is not a device "
+                       "Tessera knows."),
+            std::string::npos)
+      << r.out;
+  // A known name without a device is skipped with a warning, as the user guide says.
+  const Result skipped =
+      run("TESSERA_FALLBACK=opencl,cpu TESSERA_DISABLE_PLUGINS=vulkan,opencl", DEVICES_BIN);
+  EXPECT_EQ(skipped.code, 0) << skipped.out << skipped.err;
+  EXPECT_NE(skipped.out.find("Fallback: cpu:0"), std::string::npos) << skipped.out;
+}
+
+// A malformed variable of one plugin stops device selection even when another device could run:
+// auto once went on to lavapipe with exit 0 when TESSERA_CPU_THREADS was malformed.
+TEST(TesseraDevices, AMalformedPluginVariableIsAnErrorWhicheverDeviceItConcerns) {
+  const Result r = run("TESSERA_CPU_THREADS=abc", DEVICES_BIN);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.out.find("TESSERA_CPU_THREADS='abc' is not a thread count"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("No device is chosen while a variable is malformed"), std::string::npos)
+      << r.out;
+  const Result j =
+      run(std::string("TESSERA_DISABLE_PLUGINS=cpu,vulkan,opencl TESSERA_PLUGIN_PATH=") +
+              MISCONFIGURED_PLUGIN_DIR + ":" + TEST_PLUGIN_DIR,
+          std::string(DEVICES_BIN) + " --json");
+  EXPECT_EQ(j.code, 2) << j.out << j.err;
+  const json listing = json::parse(j.out);
+  const json* p = find(listing["plugins"], "name", "misconfigured");
+  ASSERT_NE(p, nullptr) << j.out;
+  EXPECT_EQ((*p)["stage"], "config");
+  EXPECT_NE(listing["default_device"]["error"].get<std::string>().find(
+                "TESSERA_TEST_LEVEL='eleven' is not valid"),
+            std::string::npos)
+      << j.out;
+  // tessera-train refuses to train, with exit 2, instead of training on another device.
+  const Result train = run("TESSERA_CPU_THREADS=99999", std::string(TRAIN_BIN) + " --epochs 1");
+  EXPECT_EQ(train.code, 2) << train.out << train.err;
+  EXPECT_NE((train.out + train.err).find("TESSERA_CPU_THREADS='99999'"), std::string::npos)
+      << train.out << train.err;
+}
+
+// A plugin that kills the process while loading: the process names it on stderr as it dies, and
+// --isolate probes each plugin in a child process first, so the others are still listed.
+TEST(TesseraDevices, APluginThatCrashesWhileLoadingIsNamedAndIsolateSurvivesIt) {
+  const std::string path =
+      std::string("TESSERA_PLUGIN_PATH=") + CRASHING_PLUGIN_DIR + ":" + TEST_PLUGIN_DIR;
+  const std::string env = path + " TESSERA_DISABLE_PLUGINS=vulkan,opencl";
+  const Result crashed = run(env, DEVICES_BIN);
+  EXPECT_NE(crashed.code, 0);
+  EXPECT_NE(crashed.err.find(fmt::format("tessera: the process died while loading the plugin "
+                                         "{}/libtessera-plugin-crashes.so; set "
+                                         "TESSERA_DISABLE_PLUGINS=crashes to skip it",
+                                         CRASHING_PLUGIN_DIR)),
+            std::string::npos)
+      << crashed.err;
+
+  const Result isolated = run(env, std::string(DEVICES_BIN) + " --isolate --json");
+  ASSERT_EQ(isolated.code, 0) << isolated.out << isolated.err;
+  const json j = json::parse(isolated.out);
+  const json* p = find(j["plugins"], "name", "crashes");
+  ASSERT_NE(p, nullptr) << isolated.out;
+  EXPECT_EQ((*p)["status"], "failed");
+  EXPECT_EQ((*p)["stage"], "probe");
+  EXPECT_NE(
+      (*p)["reason"].get<std::string>().find(fmt::format("crashed with signal {} (", SIGABRT)),
+      std::string::npos)
+      << (*p)["reason"];
+  EXPECT_NE(find(j["devices"], "id", "cpu:0"), nullptr) << isolated.out;
+  EXPECT_NE(find(j["devices"], "id", "good:0"), nullptr) << isolated.out;
+  // The way out.
+  EXPECT_EQ(run(path + " TESSERA_DISABLE_PLUGINS=vulkan,opencl,crashes", DEVICES_BIN).code, 0);
 }
 
 // The CPU plugin's GEMM library and thread count: each choice is honoured and shown, and a
