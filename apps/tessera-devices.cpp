@@ -158,7 +158,10 @@ int main(int argc, char** argv) {
   opts.add_options()("help,h", "show this help")(
       "json", "print JSON (keys documented in docs/tessera-devices.md)")(
       "verbose,v", "also show features, limits and the ops each device lacks")(
-      "check", "run a small matmul on every device and compare it with a reference");
+      "check", "run a small matmul on every device and compare it with a reference")(
+      "isolate",
+      "load each plugin in a child process first, so that one that crashes while loading is "
+      "reported (and skipped) instead of ending tessera-devices");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -170,10 +173,14 @@ int main(int argc, char** argv) {
   if (vm.count("help")) {
     std::cout << opts
               << "\nExit status: 0 when at least one device works (and --check passed), 1 when "
-                 "none does or a check failed, 2 for bad options or a bad TESSERA_* variable.\n";
+                 "none does or a check failed, 2 for bad options, a malformed TESSERA_* variable "
+                 "or a requested device (TESSERA_DEVICE) that can not run.\n"
+                 "A plugin that crashes the process while loading is named on stderr; "
+                 "TESSERA_DISABLE_PLUGINS=NAME skips it.\n";
     return 0;
   }
   const bool verbose = vm.count("verbose") > 0, as_json = vm.count("json") > 0;
+  if (vm.count("isolate")) isolate_plugin_loading();  // before the runtime starts
   json j;
   j["version"] = "0.1.0";
   try {
@@ -193,12 +200,17 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "tessera-devices: {}\n", e.what());
     return 2;
   }
-  bool default_ok = true;
+  // 2: a malformed variable, or a device the user named that can not run; 1: auto found none.
+  int default_status = 0;
   try {
     Device& d = default_device();
     j["default_device"] = {{"id", d.id()}, {"reason", default_device_reason()}};
+  } catch (const ConfigError& e) {
+    default_status = 2;
+    j["default_device"] = {{"error", e.what()}};
   } catch (const Error& e) {
-    default_ok = false;
+    const auto specs = parse_device_list(config().device);
+    default_status = specs.size() == 1 && specs[0].is_auto() ? 1 : 2;
     j["default_device"] = {{"error", e.what()}};
   }
   bool checks_ok = true;
@@ -218,7 +230,7 @@ int main(int argc, char** argv) {
     std::cout << j.dump(2) << "\n";
   else
     print_text(j, verbose);
-  if (!default_ok) return 2;
+  if (default_status != 0) return default_status;
   if (j["devices"].empty() || !checks_ok) return 1;
   return 0;
 }

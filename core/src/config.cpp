@@ -149,7 +149,8 @@ int parse_log_level(std::string_view value) {
 Config Config::from_env() {
   Config c;
   c.device = env("TESSERA_DEVICE");
-  c.fallback = parse_fallback(env("TESSERA_FALLBACK"));
+  c.fallback_value = env("TESSERA_FALLBACK");
+  c.fallback = parse_fallback(c.fallback_value);
   c.plugin_path = parse_path_list(env("TESSERA_PLUGIN_PATH"));
   c.disabled_plugins = parse_name_list(env("TESSERA_DISABLE_PLUGINS"), "TESSERA_DISABLE_PLUGINS");
   c.log_level = parse_log_level(env("TESSERA_LOG_LEVEL"));

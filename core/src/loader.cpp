@@ -4,9 +4,14 @@
 #include <grp.h>
 #include <pwd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <csignal>
+#include <cstring>
+#include <ctime>
 #include <fstream>
 #include <optional>
 
@@ -71,7 +76,54 @@ struct Attempt {
   std::optional<LoadedPlugin> plugin;
 };
 
-Attempt load_one(const fs::path& path, const std::string& name) {
+// The one line a fatal signal prints while a plugin is being opened or created, formatted before
+// the plugin runs so that the handler only calls write(2), sigaction and raise (async-signal-safe).
+constexpr std::array kFatalSignals{SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+std::array<char, 2048> g_hint{};
+std::size_t g_hint_size = 0;
+std::array<struct sigaction, kFatalSignals.size()> g_previous{};
+
+extern "C" void on_fatal_signal(int sig) {
+  if (::write(STDERR_FILENO, g_hint.data(), g_hint_size) < 0) {
+    // Nothing else can be done inside a signal handler.
+  }
+  for (std::size_t i = 0; i < kFatalSignals.size(); ++i) {
+    if (kFatalSignals[i] != sig) continue;
+    struct sigaction previous = g_previous[i];
+    if (previous.sa_handler == SIG_IGN) previous.sa_handler = SIG_DFL;
+    ::sigaction(sig, &previous, nullptr);
+  }
+  // Blocked until this handler returns; then the previous handler (or the default action) runs.
+  ::raise(sig);
+}
+
+// While alive, a fatal signal names |path| on stderr before the process dies. Restores the
+// previous handlers when destroyed.
+class CrashHint {
+ public:
+  CrashHint(const fs::path& path, const std::string& name) {
+    const std::string hint = fmt::format(
+        "tessera: the process died while loading the plugin {}; set TESSERA_DISABLE_PLUGINS={} to "
+        "skip it (tessera-devices --isolate probes each plugin in a child process)\n",
+        path.string(), name);
+    g_hint_size = std::min(hint.size(), g_hint.size());
+    std::memcpy(g_hint.data(), hint.data(), g_hint_size);
+    struct sigaction sa {};
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    for (std::size_t i = 0; i < kFatalSignals.size(); ++i)
+      ::sigaction(kFatalSignals[i], &sa, &g_previous[i]);
+  }
+  ~CrashHint() {
+    for (std::size_t i = 0; i < kFatalSignals.size(); ++i)
+      ::sigaction(kFatalSignals[i], &g_previous[i], nullptr);
+  }
+  CrashHint(const CrashHint&) = delete;
+  CrashHint& operator=(const CrashHint&) = delete;
+};
+
+Attempt load_one(const fs::path& path, const std::string& name, bool hint_on_crash) {
   Attempt a;
   PluginRecord& r = a.record;
   r.path = path;
@@ -89,6 +141,8 @@ Attempt load_one(const fs::path& path, const std::string& name) {
   if (!fs::is_regular_file(path, ec)) return fail(LoadStage::format, "not a regular file");
   if (std::string why = elf_problem(path); !why.empty()) return fail(LoadStage::format, why);
 
+  std::optional<CrashHint> hint;
+  if (hint_on_crash) hint.emplace(path, name);
   boost::dll::shared_library lib;
   boost::dll::fs::error_code dl_ec;
   dlerror();
@@ -103,7 +157,15 @@ Attempt load_one(const fs::path& path, const std::string& name) {
                             "TESSERA_DEFINE_PLUGIN)",
                             TESSERA_PLUGIN_ENTRY_SYMBOL));
   auto entry = lib.get<const TesseraPluginDescriptor*()>(TESSERA_PLUGIN_ENTRY_SYMBOL);
-  const TesseraPluginDescriptor* d = entry();
+  const TesseraPluginDescriptor* d = nullptr;
+  try {
+    d = entry();
+  } catch (const std::exception& e) {
+    return fail(LoadStage::entry_point,
+                fmt::format("the entry point threw (exceptions must not cross it): {}", e.what()));
+  } catch (...) {
+    return fail(LoadStage::entry_point, "the entry point threw (exceptions must not cross it)");
+  }
   if (!d) return fail(LoadStage::entry_point, "the entry point returned no descriptor");
   // abi_version is the first field in every ABI version; nothing else is read before it matches.
   if (d->abi_version != TESSERA_PLUGIN_ABI_VERSION)
@@ -130,17 +192,19 @@ Attempt load_one(const fs::path& path, const std::string& name) {
 
   void* raw = nullptr;
   std::array<char, 1024> error{};
-  int rc = 1;
+  int rc = TESSERA_PLUGIN_CREATE_FAILED;
   try {
     rc = d->create(&raw, error.data(), error.size());
   } catch (...) {
     // A plugin that lets an exception out of its C entry point; report it and go on.
     std::snprintf(error.data(), error.size(), "an exception crossed the plugin's entry point");
-    rc = 1;
+    rc = TESSERA_PLUGIN_CREATE_FAILED;
   }
-  if (rc != 0 || !raw)
-    return fail(LoadStage::create,
-                fmt::format("create failed: {}", error.data()[0] ? error.data() : "no reason"));
+  error.back() = '\0';  // the plugin may have filled the buffer without terminating it
+  const std::string why = error[0] ? error.data() : "no reason";
+  if (rc == TESSERA_PLUGIN_CREATE_CONFIG_ERROR) return fail(LoadStage::config, why);
+  if (rc != TESSERA_PLUGIN_CREATE_OK || !raw)
+    return fail(LoadStage::create, fmt::format("create failed: {}", why));
   auto library = std::make_shared<boost::dll::shared_library>(std::move(lib));
   std::shared_ptr<Backend> backend(static_cast<Backend*>(raw),
                                    [library, destroy = d->destroy](Backend* b) { destroy(b); });
@@ -151,12 +215,54 @@ Attempt load_one(const fs::path& path, const std::string& name) {
     r.reason = backend->status();
   } catch (const std::exception& e) {
     return fail(LoadStage::create, fmt::format("listing devices failed: {}", e.what()));
+  } catch (...) {
+    return fail(LoadStage::create,
+                "listing devices failed: an exception that is not std::exception");
   }
   r.outcome = LoadOutcome::loaded;
   r.stage = devs.empty() ? LoadStage::devices : LoadStage::ready;
   if (devs.empty() && r.reason.empty()) r.reason = "no devices";
   a.plugin = LoadedPlugin{name, r.version, path, std::move(backend)};
   return a;
+}
+
+// Loads |path| in a child process that exits at once: "" when the child finished loading (whatever
+// the outcome, which the caller then learns in-process), else how the child died.
+std::string probe_in_child(const fs::path& path, const std::string& name, int timeout_s) {
+  std::fflush(nullptr);  // the child must not write this process's buffered output again
+  const pid_t pid = ::fork();
+  if (pid < 0) return fmt::format("could not start a probe process: {}", std::strerror(errno));
+  if (pid == 0) {
+    try {
+      (void)load_one(path, name, false);
+    } catch (...) {
+    }
+    ::_exit(0);  // no destructors, atexit handlers or stdio flushes of the plugin's state
+  }
+  int status = 0;
+  const timespec tick{0, 10'000'000};
+  for (long waited = 0;; ++waited) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR)
+      return fmt::format("lost the probe process: {}", std::strerror(errno));
+    if (waited >= static_cast<long>(timeout_s) * 100) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return fmt::format("did not finish loading within {} s in a probe process (killed)",
+                         timeout_s);
+    }
+    ::nanosleep(&tick, nullptr);
+  }
+  if (WIFSIGNALED(status))
+    return fmt::format("crashed with signal {} ({}) while loading, in a probe process; not loaded",
+                       WTERMSIG(status), strsignal(WTERMSIG(status)));
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+    return fmt::format(
+        "ended the process with exit status {} while loading, in a probe process; "
+        "not loaded",
+        WEXITSTATUS(status));
+  return {};
 }
 
 }  // namespace
@@ -175,6 +281,10 @@ std::string_view load_stage_name(LoadStage stage) {
       return "abi";
     case LoadStage::create:
       return "create";
+    case LoadStage::config:
+      return "config";
+    case LoadStage::probe:
+      return "probe";
     case LoadStage::devices:
       return "devices";
     case LoadStage::ready:
@@ -202,16 +312,40 @@ std::string unsafe_permissions(const fs::path& path) {
   if (::stat(path.c_str(), &st) != 0) return {};  // the format check reports a missing file
   if (std::string who = group_writers(st); !who.empty())
     return fmt::format("refused: the file is writable by {} (chmod go-w {})", who, path.string());
-  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  if (::stat(dir.c_str(), &st) != 0) return {};
-  if (std::string who = group_writers(st); !who.empty())
-    return fmt::format("refused: its directory is writable by {} (chmod go-w {})", who,
-                       dir.string());
+  std::error_code ec;
+  const fs::path given = fs::absolute(path, ec).lexically_normal();
+  const fs::path resolved = fs::canonical(path, ec);
+  const std::string via = !ec && resolved != given
+                              ? fmt::format(" (the plugin resolves to {})", resolved.string())
+                              : "";
+  // Every directory from the file's up to the root, of the path as given and of the resolved one;
+  // stat follows symlinks, so a directory reached through a link is judged by its target.
+  std::vector<fs::path> dirs;
+  for (const fs::path& p : {given, ec ? given : resolved})
+    for (fs::path d = p.parent_path(); !d.empty(); d = d.parent_path()) {
+      if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
+      if (d == d.root_path()) break;
+    }
+  for (const fs::path& dir : dirs) {
+    if (::stat(dir.c_str(), &st) != 0) continue;
+    const std::string who = group_writers(st);
+    if (who.empty()) continue;
+    const std::string what = dir == given.parent_path()
+                                 ? std::string("its directory")
+                                 : fmt::format("the directory {} on the way to it", dir.string());
+    if ((st.st_mode & S_IWOTH) && (st.st_mode & S_ISVTX))
+      return fmt::format(
+          "refused: {} is writable by {} (sticky, as /tmp is: anyone may add files there){}; move "
+          "the plugin to a directory only its owner can write (~/.local/lib/tessera/plugins)",
+          what, who, via);
+    return fmt::format("refused: {} is writable by {}{} (chmod {} {})", what, who, via,
+                       (st.st_mode & S_IWOTH) ? "go-w" : "g-w", dir.string());
+  }
   return {};
 }
 
-LoadResult load_plugins(const std::vector<fs::path>& dirs,
-                        const std::vector<std::string>& disabled) {
+LoadResult load_plugins(const std::vector<fs::path>& dirs, const std::vector<std::string>& disabled,
+                        const LoadOptions& options) {
   LoadResult result;
   for (const fs::path& dir : dirs) {
     std::error_code ec;
@@ -239,7 +373,20 @@ LoadResult load_plugins(const std::vector<fs::path>& dirs,
                                   fmt::format("shadowed by {}", first->path.string())});
         continue;
       }
-      Attempt a = load_one(path, name);
+      if (options.isolate) {
+        if (std::string died = probe_in_child(path, name, options.probe_timeout_s); !died.empty()) {
+          result.records.push_back(
+              {path, name, "", LoadOutcome::failed, LoadStage::probe,
+               fmt::format("{}. Set TESSERA_DISABLE_PLUGINS={} to skip it.", died, name)});
+          continue;
+        }
+      }
+      Attempt a;
+      try {
+        a = load_one(path, name, true);
+      } catch (const std::exception& e) {
+        a.record = {path, name, "", LoadOutcome::failed, LoadStage::open, e.what()};
+      }
       log().debug("plugin {}: {} at stage {}{}{}", path.string(),
                   load_outcome_name(a.record.outcome), load_stage_name(a.record.stage),
                   a.record.reason.empty() ? "" : ": ", a.record.reason);

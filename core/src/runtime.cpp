@@ -1,6 +1,7 @@
 #include "tessera/runtime.h"
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <mutex>
 
@@ -17,6 +18,9 @@ constexpr std::string_view kWellKnown[] = {"cpu", "vulkan", "opencl"};
 struct State {
   Config config;
   std::exception_ptr config_error;  // a malformed TESSERA_* variable, rethrown by every call
+  // A malformed variable found once the plugins were loaded (a plugin's own variable, an unknown
+  // TESSERA_FALLBACK name): rethrown by the calls that choose a device.
+  std::exception_ptr selection_error;
   LoadResult loaded;
   std::vector<Device*> devices;
   std::vector<std::filesystem::path> searched;
@@ -29,6 +33,8 @@ struct State {
 };
 
 thread_local Device* t_guard = nullptr;
+std::atomic<bool> g_isolate{false};
+std::atomic<bool> g_started{false};
 
 int type_rank(DeviceType t) {
   switch (t) {
@@ -97,6 +103,35 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+// The names a spec may use: the plugins with a device, those that failed or have none, and the
+// well-known ones; "auto" first when |with_auto|.
+std::vector<std::string> known_names(const std::vector<Device*>& candidates,
+                                     const std::vector<Unavailable>& unavailable, bool with_auto) {
+  std::vector<std::string> known;
+  if (with_auto) known.emplace_back("auto");
+  for (Device* d : candidates)
+    if (std::find(known.begin(), known.end(), d->plugin_name()) == known.end())
+      known.push_back(d->plugin_name());
+  for (const Unavailable& x : unavailable)
+    if (std::find(known.begin(), known.end(), x.name) == known.end()) known.push_back(x.name);
+  return known;
+}
+
+bool known_name(std::string_view name, const std::vector<Device*>& candidates,
+                const std::vector<Unavailable>& unavailable) {
+  const auto known = known_names(candidates, unavailable, false);
+  return std::find(known.begin(), known.end(), name) != known.end();
+}
+
+// " Did you mean 'vulkan'?" for a name close to a known one, else "".
+std::string suggestion(std::string_view name, const std::vector<Device*>& candidates,
+                       const std::vector<Unavailable>& unavailable, bool with_auto) {
+  std::string hint;
+  for (const std::string& k : known_names(candidates, unavailable, with_auto))
+    if (edit_distance(k, name) <= 2) hint = fmt::format(" Did you mean '{}'?", k);
+  return hint;
+}
+
 std::string device_list(const std::vector<Device*>& devices) {
   std::vector<std::string> ids;
   for (Device* d : devices) ids.push_back(d->id());
@@ -104,6 +139,7 @@ std::string device_list(const std::vector<Device*>& devices) {
 }
 
 State* init() {
+  g_started = true;
   auto* s = new State();  // never destroyed: plugins stay loaded until the process exits
   try {
     s->config = Config::from_env();
@@ -122,14 +158,27 @@ State* init() {
                 return fmt::format("{}", fmt::join(v, ","));
               }(),
               s->config.cache_dir.string());
-  s->loaded = load_plugins(s->searched, s->config.disabled_plugins);
+  s->loaded = load_plugins(s->searched, s->config.disabled_plugins, {.isolate = g_isolate.load()});
   for (const LoadedPlugin& p : s->loaded.plugins)
     for (Device* d : p.backend->devices()) s->devices.push_back(d);
   log().debug("devices: {}", device_list(s->devices));
 
+  std::vector<std::string> malformed;
+  for (const PluginRecord& r : s->loaded.records)
+    if (r.outcome == LoadOutcome::failed && r.stage == LoadStage::config)
+      malformed.push_back(fmt::format("{} (plugin {} from {})", r.reason, r.name, r.path.string()));
   std::vector<Device*> chain;
   const auto unavailable = unavailable_names(*s);
   for (const DeviceSpec& spec : s->config.fallback) {
+    if (!known_name(spec.name, s->devices, unavailable)) {
+      malformed.push_back(fmt::format(
+          "TESSERA_FALLBACK='{}' is not valid: '{}' is not a device Tessera knows.{} Known: {}. "
+          "Use 0, 1 (the CPU), or a comma list of devices to try in order (opencl,cpu).",
+          s->config.fallback_value, spec.name,
+          suggestion(spec.name, s->devices, unavailable, false),
+          fmt::join(known_names(s->devices, unavailable, false), ", ")));
+      continue;
+    }
     try {
       chain.push_back(&resolve_device({spec}, s->devices, unavailable, "TESSERA_FALLBACK"));
     } catch (const DeviceUnavailable& e) {
@@ -137,6 +186,11 @@ State* init() {
     }
   }
   s->dispatcher.set_chain(std::move(chain));
+  if (!malformed.empty())
+    s->selection_error = std::make_exception_ptr(ConfigError(
+        fmt::format("ConfigError: {}\nNo device is chosen while a variable is malformed: fix or "
+                    "unset it.",
+                    fmt::join(malformed, "\n"))));
   return s;
 }
 
@@ -157,25 +211,78 @@ std::vector<Device*> devices() {
   return state().devices;
 }
 
-Device* pick_auto(const std::vector<Device*>& candidates) {
-  Device* best = nullptr;
+int ops_implemented(const Device& device) {
+  int n = 0;
+  for (int op = 0; op < kNumOps; ++op) n += device.kernel(static_cast<OpId>(op)) != nullptr;
+  return n;
+}
+
+bool runs_every_op(const Device& device) {
+  // addmm needs no kernel: ops.cpp runs matmul then add on the device when it has none.
+  for (int op = 0; op < kNumOps; ++op)
+    if (static_cast<OpId>(op) != OpId::addmm && !device.kernel(static_cast<OpId>(op))) return false;
+  return true;
+}
+
+AutoChoice choose_auto(const std::vector<Device*>& candidates, bool fallback) {
+  auto complete = [](const Device* d) { return runs_every_op(*d); };
+  // Better type first; with fallback on, a complete device before a partial one of the same type;
+  // then the higher score; the first listed between equals.
+  auto better = [&](const Device* a, const Device* b) {
+    const int ra = type_rank(a->info().type), rb = type_rank(b->info().type);
+    if (ra != rb) return ra < rb;
+    if (fallback && complete(a) != complete(b)) return complete(a);
+    return a->info().score > b->info().score;
+  };
+  const bool any_complete = std::any_of(candidates.begin(), candidates.end(), complete);
+  AutoChoice c;
   for (Device* d : candidates) {
-    if (!best) {
-      best = d;
-      continue;
-    }
-    const int rd = type_rank(d->info().type), rb = type_rank(best->info().type);
-    if (rd < rb || (rd == rb && d->info().score > best->info().score)) best = d;
+    // Without fallback a partial device would fail on its first missing op: only complete ones
+    // compete, unless there is none.
+    if (!fallback && any_complete && !complete(d)) continue;
+    if (!c.device || better(d, c.device)) c.device = d;
   }
-  return best;
+  if (!c.device) return c;
+  const DeviceInfo& info = c.device->info();
+  c.reason = fmt::format(
+      "the best of {} device(s), preferring a discrete GPU, then an integrated GPU, then the CPU "
+      "({} is a {}, score {}",
+      candidates.size(), c.device->id(), device_type_name(info.type), info.score);
+  if (complete(c.device)) {
+    c.reason += ", runs every op)";
+  } else {
+    c.reason += fmt::format(
+        ", {} of {} ops{})", ops_implemented(*c.device), kNumOps,
+        fallback ? "; the others run on the fallback chain" : "; no device implements every op");
+  }
+  std::vector<std::string> skipped;
+  for (Device* d : candidates) {
+    if (d == c.device || complete(d)) continue;
+    const int rd = type_rank(d->info().type), rc = type_rank(info.type);
+    if (rd < rc || (rd == rc && d->info().score > info.score))
+      skipped.push_back(fmt::format("{} ({}, {} of {} ops)", d->id(),
+                                    device_type_name(d->info().type), ops_implemented(*d),
+                                    kNumOps));
+  }
+  if (!skipped.empty())
+    c.reason += fmt::format(
+        "; passed over {} because fallback is off (TESSERA_FALLBACK=1 would choose it and run the "
+        "ops it lacks on the CPU)",
+        fmt::join(skipped, ", "));
+  return c;
+}
+
+Device* pick_auto(const std::vector<Device*>& candidates, bool fallback) {
+  return choose_auto(candidates, fallback).device;
 }
 
 Device& resolve_device(const std::vector<DeviceSpec>& specs, const std::vector<Device*>& candidates,
-                       const std::vector<Unavailable>& unavailable, std::string_view source) {
+                       const std::vector<Unavailable>& unavailable, std::string_view source,
+                       bool fallback) {
   std::vector<std::string> reasons;
   for (const DeviceSpec& spec : specs) {
     if (spec.is_auto()) {
-      if (Device* d = pick_auto(candidates)) return *d;
+      if (Device* d = pick_auto(candidates, fallback)) return *d;
       reasons.push_back("no device was found");
       continue;
     }
@@ -196,15 +303,8 @@ Device& resolve_device(const std::vector<DeviceSpec>& specs, const std::vector<D
       reasons.push_back(u->reason);
       continue;
     }
-    std::vector<std::string> known{"auto"};
-    for (Device* d : candidates)
-      if (std::find(known.begin(), known.end(), d->plugin_name()) == known.end())
-        known.push_back(d->plugin_name());
-    for (const Unavailable& x : unavailable)
-      if (std::find(known.begin(), known.end(), x.name) == known.end()) known.push_back(x.name);
-    std::string hint;
-    for (const std::string& k : known)
-      if (edit_distance(k, spec.name) <= 2) hint = fmt::format(" Did you mean '{}'?", k);
+    const std::vector<std::string> known = known_names(candidates, unavailable, true);
+    const std::string hint = suggestion(spec.name, candidates, unavailable, true);
     throw DeviceUnavailable(fmt::format(
         "DeviceUnavailable: unknown device '{}' ({}).{} Known devices: {}. Available: {}. Run "
         "tessera-devices for details.",
@@ -220,25 +320,25 @@ Device& resolve_device(const std::vector<DeviceSpec>& specs, const std::vector<D
 
 Device& device(std::string_view spec) {
   State& s = state();
+  if (s.selection_error) std::rethrow_exception(s.selection_error);
   return resolve_device(parse_device_list(spec, "device"), s.devices, unavailable_names(s),
-                        fmt::format("device(\"{}\")", spec));
+                        fmt::format("device(\"{}\")", spec), !s.dispatcher.chain().empty());
 }
 
 namespace {
 void resolve_env_default(State& s) {
   std::call_once(s.default_once, [&] {
     try {
+      if (s.selection_error) std::rethrow_exception(s.selection_error);
       const bool from_env = !s.config.device.empty();
       const std::string source = from_env ? fmt::format("TESSERA_DEVICE={}", s.config.device)
                                           : std::string("default: auto");
       const auto specs = parse_device_list(s.config.device);
-      s.env_default = &resolve_device(specs, s.devices, unavailable_names(s), source);
+      const bool fallback = !s.dispatcher.chain().empty();
+      s.env_default = &resolve_device(specs, s.devices, unavailable_names(s), source, fallback);
       if (specs.size() == 1 && specs[0].is_auto())
-        s.default_reason = fmt::format(
-            "{}: the best of {} device(s), preferring a discrete GPU, then an integrated GPU, then "
-            "the CPU ({} is a {}, score {})",
-            from_env ? source : "auto", s.devices.size(), s.env_default->id(),
-            device_type_name(s.env_default->info().type), s.env_default->info().score);
+        s.default_reason = fmt::format("{}: {}", from_env ? source : "auto",
+                                       choose_auto(s.devices, fallback).reason);
       else
         s.default_reason = source;
       log().debug("default device: {} ({})", s.env_default->id(), s.default_reason);
@@ -296,6 +396,12 @@ void reset_fallback_stats() {
 }
 Dispatcher& dispatcher() {
   return state().dispatcher;
+}
+
+bool isolate_plugin_loading() {
+  if (g_started.load()) return false;
+  g_isolate = true;
+  return true;
 }
 
 DeviceGuard::DeviceGuard(Device& device) : previous_(t_guard) {

@@ -120,7 +120,7 @@ Blas load() {
   const char* env = std::getenv("TESSERA_CPU_GEMM");
   const std::string choice = env && *env ? env : "auto";
   if (choice != "auto" && choice != "onednn" && choice != "openblas")
-    throw std::runtime_error(
+    throw ConfigError(
         fmt::format("TESSERA_CPU_GEMM='{}' is not a GEMM library: give onednn, openblas or auto "
                     "(oneDNN when it is installed, else OpenBLAS)",
                     choice));

@@ -51,9 +51,9 @@ class Blas {
   void (*set_threads)(int) = nullptr;
 };
 
-// Loads the GEMM library once per process (thread-safe). Throws std::runtime_error saying what was
-// tried and how to install it when none loads, and when TESSERA_CPU_GEMM is malformed or names a
-// library that does not load.
+// Loads the GEMM library once per process (thread-safe). Throws ConfigError when TESSERA_CPU_GEMM
+// is malformed; std::runtime_error saying what was tried and how to install it when none loads, or
+// when TESSERA_CPU_GEMM names a library that does not load.
 const Blas& blas();
 
 // The OPENBLAS_CORETYPE that matches this CPU's features ("Cooperlake", "SkylakeX", "Haswell",

@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "tessera/errors.h"
+
 namespace tessera::cpu {
 
 // The pool's size and where it came from.
@@ -56,7 +58,7 @@ Threads thread_count() {
     char* end = nullptr;
     const long n = std::strtol(env, &end, 10);
     if (*end != '\0' || n < 1 || n > kMaxThreads)
-      throw std::runtime_error(fmt::format(
+      throw ConfigError(fmt::format(
           "TESSERA_CPU_THREADS='{}' is not a thread count: give a whole number from 1 to {}, or "
           "unset it to use one thread per CPU this process may run on",
           env, kMaxThreads));

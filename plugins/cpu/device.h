@@ -11,8 +11,9 @@ struct Threads;
 
 class CpuDevice final : public Device {
  public:
-  // Throws std::runtime_error when TESSERA_CPU_THREADS or TESSERA_CPU_GEMM is malformed, or no
-  // GEMM library loads (the plugin then reports that reason).
+  // Throws ConfigError when TESSERA_CPU_THREADS or TESSERA_CPU_GEMM is malformed (the plugin then
+  // reports TESSERA_PLUGIN_CREATE_CONFIG_ERROR, and no device is chosen), std::runtime_error when
+  // no GEMM library loads (the plugin then reports that reason).
   CpuDevice();
   const DeviceInfo& info() const override { return info_; }
   Allocator& allocator() override { return allocator_; }

@@ -1,5 +1,6 @@
 #include <cstdlib>
 
+#include "../common/limits.h"
 #include "opencl.h"
 
 namespace tessera::opencl {
@@ -16,10 +17,11 @@ OpenclBuffer::~OpenclBuffer() {
 }
 
 OpenclAllocator::OpenclAllocator(cl_context context, cl_device_id device, std::string id,
-                                 bool host_memory, OpenclQueue& queue)
+                                 std::string name, bool host_memory, OpenclQueue& queue)
     : context_(context),
       queue_(queue),
       id_(std::move(id)),
+      name_(std::move(name)),
       host_memory_(host_memory),
       total_(device_value<cl_ulong>(device, CL_DEVICE_GLOBAL_MEM_SIZE)),
       max_alloc_(device_value<cl_ulong>(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE)) {}
@@ -30,8 +32,10 @@ std::unique_ptr<Buffer> OpenclAllocator::allocate(std::size_t bytes) {
     std::lock_guard lock(mu_);
     // OpenCL allocates on first use, so a request the device can not hold is refused here rather
     // than failing a kernel later.
-    if (size > max_alloc_ || used_ + size > total_)
-      throw OutOfMemory(id_, bytes, std::min(total_ - used_, max_alloc_));
+    if (used_ + size > total_) throw OutOfMemory(id_, bytes, total_ - used_);
+    if (size > max_alloc_)
+      throw common::buffer_limit_error(id_, name_, size, max_alloc_,
+                                       "CL_DEVICE_MAX_MEM_ALLOC_SIZE");
     used_ += size;
   }
   void* host = nullptr;

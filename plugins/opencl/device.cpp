@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include "../common/limits.h"
 #include "opencl.h"
 #include "tessera/log.h"
 
@@ -131,7 +132,11 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   // Devices that share the host's memory use host allocations in place (zero copy).
   const bool host_memory = info_.type == DeviceType::cpu || unified;
   queue_ = std::make_unique<OpenclQueue>(context_, device, id);
-  allocator_ = std::make_unique<OpenclAllocator>(context_, device, id, host_memory, *queue_);
+  allocator_ =
+      std::make_unique<OpenclAllocator>(context_, device, id, info_.name, host_memory, *queue_);
+  info_.properties.push_back(
+      {"largest buffer",
+       fmt::format("{} (CL_DEVICE_MAX_MEM_ALLOC_SIZE)", format_bytes(allocator_->max_alloc()))});
   programs_ = std::make_unique<Programs>(
       context_, device, id, fmt::format("{}|{}|{}", info_.name, info_.driver, platform_version));
 
@@ -148,6 +153,11 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
                                            fmt::format("-DREDUCE_WG={}", reduce_wg), launch_mu_});
   register_kernels(kernels_, *ctx_);
   log().debug("{}: {} ({}), {} compute units", id, info_.name, platform_name, info_.compute_units);
+}
+
+Support OpenclDevice::supports(const OpCall& call) const {
+  if (Support s = Device::supports(call); !s) return s;
+  return common::within_buffer_limit(call, allocator_->max_alloc(), "CL_DEVICE_MAX_MEM_ALLOC_SIZE");
 }
 
 OpenclDevice::~OpenclDevice() {

@@ -101,17 +101,23 @@ class OpenclBuffer final : public Buffer {
 // refuses with OutOfMemory before the driver would fail later, at first use.
 class OpenclAllocator final : public Allocator {
  public:
-  OpenclAllocator(cl_context context, cl_device_id device, std::string id, bool host_memory,
-                  OpenclQueue& queue);
+  // |name| is the device's name, for the limit error. Host memory behind destroyed buffers is
+  // freed through |queue| once the work queued on it has finished.
+  OpenclAllocator(cl_context context, cl_device_id device, std::string id, std::string name,
+                  bool host_memory, OpenclQueue& queue);
+  // Throws OutOfMemory when the device's memory can not hold |bytes| more, InvalidArgument
+  // (common::buffer_limit_error) when |bytes| is over CL_DEVICE_MAX_MEM_ALLOC_SIZE.
   std::unique_ptr<Buffer> allocate(std::size_t bytes) override;
   MemoryInfo memory() const override;
   void release(std::size_t bytes) noexcept;
+  std::size_t max_alloc() const { return max_alloc_; }
   OpenclQueue& queue() const { return queue_; }
 
  private:
   cl_context context_;
   OpenclQueue& queue_;  // frees host memory once the work queued on it has finished
   std::string id_;
+  std::string name_;
   bool host_memory_;       // allocate host memory and let the device use it in place
   std::size_t total_;      // CL_DEVICE_GLOBAL_MEM_SIZE
   std::size_t max_alloc_;  // CL_DEVICE_MAX_MEM_ALLOC_SIZE
@@ -168,6 +174,9 @@ class OpenclDevice final : public Device {
   const Kernel* kernel(OpId op) const override {
     return kernels_[static_cast<std::size_t>(op)].get();
   }
+  // The kernel's answer, and no for a call with a tensor over CL_DEVICE_MAX_MEM_ALLOC_SIZE, so
+  // that the fallback chain can take it.
+  Support supports(const OpCall& call) const override;
 
  private:
   cl_context context_ = nullptr;

@@ -71,7 +71,9 @@ Allocation MemoryPool::allocate(VkDeviceSize bytes) {
                                           : heap_size_ - std::min(heap_size_, used_);
     return OutOfMemory(device_.name(), bytes, free);
   };
-  if (size > device_.max_buffer() || used_ + size > heap_size_) throw out_of_memory();
+  // More than the heap holds is a lack of memory; more than one buffer may span is a limit.
+  if (used_ + size > heap_size_) throw out_of_memory();
+  if (size > device_.max_buffer()) throw device_.buffer_limit_error(bytes);
   auto take = [&](MemoryBlock* b) -> std::optional<Allocation> {
     for (auto it = b->free_.begin(); it != b->free_.end(); ++it) {  // first fit
       if (it->second < size) continue;

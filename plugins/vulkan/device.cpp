@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "../common/limits.h"
 #include "tessera/log.h"
 #include "vulkan.h"
 
@@ -155,6 +156,8 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   vkGetPhysicalDeviceProperties2(physical, &p2);
   max_buffer_ =
       std::min<VkDeviceSize>(m3.maxMemoryAllocationSize, props_.limits.maxStorageBufferRange);
+  if (m3.maxMemoryAllocationSize < props_.limits.maxStorageBufferRange)
+    max_buffer_limit_ = "maxMemoryAllocationSize";
 
   VkPhysicalDeviceMemoryProperties mp;
   vkGetPhysicalDeviceMemoryProperties(physical, &mp);
@@ -194,6 +197,7 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
       {"subgroup size", std::to_string(sub.subgroupSize)},
       {"shared memory per workgroup", format_bytes(props_.limits.maxComputeSharedMemorySize)},
       {"max workgroup invocations", std::to_string(props_.limits.maxComputeWorkGroupInvocations)},
+      {"largest buffer", fmt::format("{} ({})", format_bytes(max_buffer_), max_buffer_limit_)},
       {"f16", f12.shaderFloat16 ? "yes" : "no"},
       {"cooperative matrix", coop ? "yes (VK_KHR_cooperative_matrix)" : "no"},
       {"gemm tiles", fmt::format("{}x{}x{}, {}x{} per invocation", tiles_.tm, tiles_.tn, tiles_.tk,
@@ -215,6 +219,15 @@ VulkanDevice::~VulkanDevice() {
   (void)pipelines_.release();
   (void)device_pool_.release();
   (void)staging_pool_.release();
+}
+
+Support VulkanDevice::supports(const OpCall& call) const {
+  if (Support s = Device::supports(call); !s) return s;
+  return common::within_buffer_limit(call, max_buffer_, max_buffer_limit_);
+}
+
+InvalidArgument VulkanDevice::buffer_limit_error(std::size_t bytes) const {
+  return common::buffer_limit_error(id_, info_.name, bytes, max_buffer_, max_buffer_limit_);
 }
 
 std::int64_t VulkanDevice::heap_budget(std::uint32_t heap) const {

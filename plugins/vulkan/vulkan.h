@@ -195,6 +195,9 @@ class VulkanDevice final : public Device {
   const Kernel* kernel(OpId op) const override {
     return kernels_[static_cast<std::size_t>(op)].get();
   }
+  // The kernel's answer, and no for a call with a tensor larger than the largest storage buffer
+  // the device binds (max_buffer()), so that the fallback chain can take it.
+  Support supports(const OpCall& call) const override;
 
   // For the plugin's own classes.
   const std::string& name() const { return id_; }  // "vulkan:0", known before bind()
@@ -208,7 +211,14 @@ class VulkanDevice final : public Device {
   VulkanQueue& vk_queue_object() { return *queue_; }
   Pipelines& pipelines() { return *pipelines_; }
   const GemmTiles& tiles() const { return tiles_; }
+  // The largest buffer a kernel can bind: the smaller of maxStorageBufferRange and
+  // maxMemoryAllocationSize, and which of the two it is.
   VkDeviceSize max_buffer() const { return max_buffer_; }
+  const char* max_buffer_limit() const { return max_buffer_limit_; }
+  // The error for a buffer of |bytes| over max_buffer(): InvalidArgument, for a limit is not a
+  // lack of memory ("vulkan:0 (llvmpipe) can not hold a 2.0 GiB buffer: its largest storage
+  // buffer is 128 MiB (maxStorageBufferRange)").
+  InvalidArgument buffer_limit_error(std::size_t bytes) const;
   PFN_vkCmdPushDescriptorSetKHR push_descriptor = nullptr;
   // Free bytes of |heap| as the driver reports them (VK_EXT_memory_budget), or -1 when unknown.
   std::int64_t heap_budget(std::uint32_t heap) const;
@@ -222,6 +232,7 @@ class VulkanDevice final : public Device {
   std::uint32_t family_ = 0;
   bool budget_ext_ = false;
   VkDeviceSize max_buffer_ = 0;
+  const char* max_buffer_limit_ = "maxStorageBufferRange";
   GemmTiles tiles_{};
   DeviceInfo info_;
   VulkanAllocator allocator_{*this};

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,7 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "run_app.h"
+#include "tessera/errors.h"
 #include "tessera/op.h"
+#include "tessera/runtime.h"
+#include "tessera/tensor.h"
 
 using nlohmann::json;
 using tessera::testing::Result;
@@ -42,9 +46,14 @@ TEST(TesseraDevices, JsonListsCpuTheTestPluginsAndEveryBrokenOneWithItsReason) {
   EXPECT_EQ((*cpu)["ops_supported"], (*cpu)["ops_total"]);
   EXPECT_TRUE((*cpu)["missing_ops"].empty());
   EXPECT_GT((*cpu)["memory_total"].get<std::uint64_t>(), 0u);
-  const std::pair<const char*, const char*> expected[] = {
-      {"wrongabi", "abi"},  {"noentry", "entry_point"}, {"throws", "create"},
-      {"notelf", "format"}, {"missingdep", "open"},     {"misnamed", "abi"}};
+  const std::pair<const char*, const char*> expected[] = {{"wrongabi", "abi"},
+                                                          {"noentry", "entry_point"},
+                                                          {"throws", "create"},
+                                                          {"notelf", "format"},
+                                                          {"missingdep", "open"},
+                                                          {"misnamed", "abi"},
+                                                          {"entrythrows", "entry_point"},
+                                                          {"unterminated", "create"}};
   for (const auto& [name, stage] : expected) {
     const json* p = find(j["plugins"], "name", name);
     ASSERT_NE(p, nullptr) << name;
@@ -104,6 +113,94 @@ TEST(TesseraDevices, AMalformedVariableIsReportedWithExitTwo) {
   EXPECT_NE(r.err.find("TESSERA_FALLBACK='maybe,' is not valid"), std::string::npos) << r.err;
   const Result bad_option = run("", std::string(DEVICES_BIN) + " --no-such-option");
   EXPECT_EQ(bad_option.code, 2);
+}
+
+// Exit status as the README gives it: 0 a device works, 1 none does, 2 a bad option, a malformed
+// TESSERA_* variable or a requested device that can not run.
+TEST(TesseraDevices, ExitsOneWhenNoDeviceWorksAndTwoWhenANamedOneCanNot) {
+  const std::string none = "TESSERA_DISABLE_PLUGINS=cpu,vulkan,opencl";
+  const Result r = run(none, DEVICES_BIN);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("Default device: none"), std::string::npos) << r.out;
+  EXPECT_EQ(run(none + " TESSERA_DEVICE=auto", DEVICES_BIN).code, 1);
+  EXPECT_EQ(run(none + " TESSERA_DEVICE=cpu", DEVICES_BIN).code, 2);
+  EXPECT_EQ(run("TESSERA_DISABLE_PLUGINS=vulkan,opencl", DEVICES_BIN).code, 0);
+}
+
+TEST(TesseraDevices, AnUnknownFallbackNameIsAMalformedVariable) {
+  const Result r =
+      run("TESSERA_FALLBACK=garbage TESSERA_DISABLE_PLUGINS=vulkan,opencl", DEVICES_BIN);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.out.find("TESSERA_FALLBACK='garbage' is not valid: 'garbage' is not a device "
+                       "Tessera knows."),
+            std::string::npos)
+      << r.out;
+  // A known name without a device is skipped with a warning, as the user guide says.
+  const Result skipped =
+      run("TESSERA_FALLBACK=opencl,cpu TESSERA_DISABLE_PLUGINS=vulkan,opencl", DEVICES_BIN);
+  EXPECT_EQ(skipped.code, 0) << skipped.out << skipped.err;
+  EXPECT_NE(skipped.out.find("Fallback: cpu:0"), std::string::npos) << skipped.out;
+}
+
+// A malformed variable of one plugin stops device selection even when another device could run:
+// auto once went on to lavapipe with exit 0 when TESSERA_CPU_THREADS was malformed.
+TEST(TesseraDevices, AMalformedPluginVariableIsAnErrorWhicheverDeviceItConcerns) {
+  const Result r = run("TESSERA_CPU_THREADS=abc", DEVICES_BIN);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.out.find("TESSERA_CPU_THREADS='abc' is not a thread count"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("No device is chosen while a variable is malformed"), std::string::npos)
+      << r.out;
+  const Result j =
+      run(std::string("TESSERA_DISABLE_PLUGINS=cpu,vulkan,opencl TESSERA_PLUGIN_PATH=") +
+              MISCONFIGURED_PLUGIN_DIR + ":" + TEST_PLUGIN_DIR,
+          std::string(DEVICES_BIN) + " --json");
+  EXPECT_EQ(j.code, 2) << j.out << j.err;
+  const json listing = json::parse(j.out);
+  const json* p = find(listing["plugins"], "name", "misconfigured");
+  ASSERT_NE(p, nullptr) << j.out;
+  EXPECT_EQ((*p)["stage"], "config");
+  EXPECT_NE(listing["default_device"]["error"].get<std::string>().find(
+                "TESSERA_TEST_LEVEL='eleven' is not valid"),
+            std::string::npos)
+      << j.out;
+  // tessera-train refuses to train, with exit 2, instead of training on another device.
+  const Result train = run("TESSERA_CPU_THREADS=99999", std::string(TRAIN_BIN) + " --epochs 1");
+  EXPECT_EQ(train.code, 2) << train.out << train.err;
+  EXPECT_NE((train.out + train.err).find("TESSERA_CPU_THREADS='99999'"), std::string::npos)
+      << train.out << train.err;
+}
+
+// A plugin that kills the process while loading: the process names it on stderr as it dies, and
+// --isolate probes each plugin in a child process first, so the others are still listed.
+TEST(TesseraDevices, APluginThatCrashesWhileLoadingIsNamedAndIsolateSurvivesIt) {
+  const std::string path =
+      std::string("TESSERA_PLUGIN_PATH=") + CRASHING_PLUGIN_DIR + ":" + TEST_PLUGIN_DIR;
+  const std::string env = path + " TESSERA_DISABLE_PLUGINS=vulkan,opencl";
+  const Result crashed = run(env, DEVICES_BIN);
+  EXPECT_NE(crashed.code, 0);
+  EXPECT_NE(crashed.err.find(fmt::format("tessera: the process died while loading the plugin "
+                                         "{}/libtessera-plugin-crashes.so; set "
+                                         "TESSERA_DISABLE_PLUGINS=crashes to skip it",
+                                         CRASHING_PLUGIN_DIR)),
+            std::string::npos)
+      << crashed.err;
+
+  const Result isolated = run(env, std::string(DEVICES_BIN) + " --isolate --json");
+  ASSERT_EQ(isolated.code, 0) << isolated.out << isolated.err;
+  const json j = json::parse(isolated.out);
+  const json* p = find(j["plugins"], "name", "crashes");
+  ASSERT_NE(p, nullptr) << isolated.out;
+  EXPECT_EQ((*p)["status"], "failed");
+  EXPECT_EQ((*p)["stage"], "probe");
+  EXPECT_NE(
+      (*p)["reason"].get<std::string>().find(fmt::format("crashed with signal {} (", SIGABRT)),
+      std::string::npos)
+      << (*p)["reason"];
+  EXPECT_NE(find(j["devices"], "id", "cpu:0"), nullptr) << isolated.out;
+  EXPECT_NE(find(j["devices"], "id", "good:0"), nullptr) << isolated.out;
+  // The way out.
+  EXPECT_EQ(run(path + " TESSERA_DISABLE_PLUGINS=vulkan,opencl,crashes", DEVICES_BIN).code, 0);
 }
 
 // The CPU plugin's GEMM library and thread count: each choice is honoured and shown, and a
@@ -367,4 +464,55 @@ TEST(TesseraDevices, ACorruptCompiledCodeCacheIsIgnoredAndRewritten) {
         << name << " was not rewritten";
   }
   fs::remove_all(dir);
+}
+
+// lavapipe binds storage buffers of at most 128 MiB and has 2 GiB: a tensor over the limit was
+// refused as "OutOfMemory ... 2.0 GiB free". It is a limit: the error names it, and supports()
+// declines a call that would need such a buffer there, so the fallback chain can take the call.
+TEST(GpuPlugins, ABufferOverTheLargestTheDeviceBindsIsALimitNotALackOfMemory) {
+  constexpr std::int64_t kElements = 40ll << 20;  // 160 MiB of f32
+  const tessera::Tensor big =
+      tessera::Tensor::empty({kElements}, tessera::DType::f32, &tessera::device("cpu"));
+  int limited = 0;
+  for (tessera::Device* d : tessera::devices()) {
+    if (d->plugin_name() != "vulkan" && d->plugin_name() != "opencl") continue;
+    tessera::OpCall call;
+    call.op = tessera::OpId::relu;
+    call.num_inputs = call.num_outputs = 1;
+    call.inputs[0] = call.outputs[0] = big;
+    try {
+      (void)tessera::Tensor::empty({kElements}, tessera::DType::f32, d);
+      EXPECT_TRUE(d->supports(call)) << d->id() << " holds the tensor but declines the call";
+      continue;  // this device binds buffers this large
+    } catch (const tessera::OutOfMemory& e) {
+      ADD_FAILURE() << d->id() << ": a limit reported as a lack of memory: " << e.what();
+      continue;
+    } catch (const tessera::InvalidArgument& e) {
+      ++limited;
+      EXPECT_NE(std::string(e.what()).find(
+                    fmt::format("{} ({}) can not hold a 160.0 MiB buffer: its largest storage "
+                                "buffer is ",
+                                d->id(), d->info().name)),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find(d->plugin_name() == "vulkan"
+                                               ? "(maxStorageBufferRange)"
+                                               : "(CL_DEVICE_MAX_MEM_ALLOC_SIZE)"),
+                std::string::npos)
+          << e.what();
+    }
+    const tessera::Support s = d->supports(call);
+    EXPECT_FALSE(s) << d->id();
+    EXPECT_NE(s.reason.find("a 160.0 MiB tensor is larger than the device's largest buffer"),
+              std::string::npos)
+        << s.reason;
+    call.inputs[0] = call.outputs[0] =
+        tessera::Tensor::empty({1024}, tessera::DType::f32, &tessera::device("cpu"));
+    EXPECT_TRUE(d->supports(call)) << d->id() << ": " << d->supports(call).reason;
+  }
+  // CI runs on lavapipe, whose limit is 128 MiB: the case above must have been exercised there.
+  if (tessera::is_available("vulkan") &&
+      tessera::device("vulkan").info().name.find("llvmpipe") != std::string::npos) {
+    EXPECT_GE(limited, 1);
+  }
 }

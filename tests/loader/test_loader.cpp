@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 
 #include "tessera/loader.h"
@@ -72,6 +74,21 @@ TEST_F(Loader, ReportsACreateThatThrew) {
   EXPECT_EQ(r.reason, "create failed: boom: the device driver refused to initialise");
 }
 
+TEST_F(Loader, ReportsAnEntryPointThatThrewAndGoesOn) {
+  const PluginRecord& r = record(*result_, "entrythrows");
+  EXPECT_EQ(r.outcome, LoadOutcome::failed);
+  EXPECT_EQ(r.stage, LoadStage::entry_point);
+  EXPECT_EQ(r.reason,
+            "the entry point threw (exceptions must not cross it): the entry point lost its way");
+}
+
+TEST_F(Loader, TerminatesAnUnterminatedErrorFromCreate) {
+  const PluginRecord& r = record(*result_, "unterminated");
+  EXPECT_EQ(r.stage, LoadStage::create);
+  // The loader's buffer is 1024 bytes, all 'x': 1023 of them and the NUL the loader wrote.
+  EXPECT_EQ(r.reason, "create failed: " + std::string(1023, 'x'));
+}
+
 TEST_F(Loader, ReportsAFileThatIsNotElf) {
   const PluginRecord& r = record(*result_, "notelf");
   EXPECT_EQ(r.stage, LoadStage::format);
@@ -119,6 +136,94 @@ TEST(LoaderPermissions, RefusesAWorldWritableDirectory) {
   ASSERT_EQ(r.records.size(), 1u);
   EXPECT_EQ(r.records[0].stage, LoadStage::permissions);
   EXPECT_NE(r.records[0].reason.find("its directory is writable by everyone"), std::string::npos);
+}
+
+// A symlink in a safe directory to a plugin in a world-writable one: the file it resolves to is
+// judged, with the directory it lies in.
+TEST(LoaderPermissions, RefusesASymlinkToAPluginInAWorldWritableDirectory) {
+  const fs::path unsafe = scratch("symlink-target");
+  fs::copy_file(kGood, unsafe / "libtessera-plugin-good.so");
+  ::chmod(unsafe.c_str(), 0777);
+  const fs::path safe = scratch("symlink-safe");
+  fs::create_symlink(unsafe / "libtessera-plugin-good.so", safe / "libtessera-plugin-good.so");
+  const LoadResult r = load_plugins({safe}, {});
+  ASSERT_EQ(r.records.size(), 1u);
+  EXPECT_EQ(r.records[0].stage, LoadStage::permissions);
+  EXPECT_EQ(r.records[0].reason,
+            fmt::format("refused: the directory {0} on the way to it is writable by everyone (the "
+                        "plugin resolves to {0}/libtessera-plugin-good.so) (chmod go-w {0})",
+                        unsafe.string()));
+  EXPECT_TRUE(r.plugins.empty());
+}
+
+// A safe directory inside a world-writable one: whoever may write the outer one may replace the
+// inner one, so every ancestor counts, as sudo checks them for its files.
+TEST(LoaderPermissions, RefusesAPluginUnderAWorldWritableAncestor) {
+  const fs::path outer = scratch("writable-ancestor");
+  const fs::path inner = outer / "safe" / "plugins";
+  fs::create_directories(inner);
+  fs::permissions(outer / "safe", fs::perms(0755));
+  fs::permissions(inner, fs::perms(0755));
+  fs::copy_file(kGood, inner / "libtessera-plugin-good.so");
+  ::chmod(outer.c_str(), 0777);
+  const LoadResult r = load_plugins({inner}, {});
+  ASSERT_EQ(r.records.size(), 1u);
+  EXPECT_EQ(r.records[0].stage, LoadStage::permissions);
+  EXPECT_EQ(r.records[0].reason,
+            fmt::format("refused: the directory {0} on the way to it is writable by everyone "
+                        "(chmod go-w {0})",
+                        outer.string()));
+  // Sticky (as /tmp is) does not make it safe: anyone may still add a directory of their own.
+  ::chmod(outer.c_str(), 01777);
+  const LoadResult sticky = load_plugins({inner}, {});
+  ASSERT_EQ(sticky.records.size(), 1u);
+  EXPECT_EQ(sticky.records[0].stage, LoadStage::permissions);
+  EXPECT_NE(sticky.records[0].reason.find(fmt::format("the directory {} on the way to it is "
+                                                      "writable by everyone (sticky",
+                                                      outer.string())),
+            std::string::npos)
+      << sticky.records[0].reason;
+  // Only its owner may write it: loaded.
+  ::chmod(outer.c_str(), 0755);
+  const LoadResult safe = load_plugins({inner}, {});
+  EXPECT_EQ(safe.records.at(0).outcome, LoadOutcome::loaded) << safe.records.at(0).reason;
+}
+
+TEST(LoaderConfig, AMalformedVariableOfAPluginIsItsOwnStage) {
+  const LoadResult r = load_plugins({MISCONFIGURED_PLUGIN_DIR}, {});
+  ASSERT_EQ(r.records.size(), 1u);
+  EXPECT_EQ(r.records[0].outcome, LoadOutcome::failed);
+  EXPECT_EQ(r.records[0].stage, LoadStage::config);
+  EXPECT_EQ(r.records[0].reason,
+            "TESSERA_TEST_LEVEL='eleven' is not valid: give a whole number from 1 to 10");
+}
+
+// A plugin that kills the process in create can not be survived in-process, but the process names
+// it on stderr before it dies of the same signal.
+TEST(LoaderCrashDeathTest, APluginThatAbortsIsNamedOnStderr) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string file = std::string(CRASHING_PLUGIN_DIR) + "/libtessera-plugin-crashes.so";
+  EXPECT_EXIT((void)load_plugins({CRASHING_PLUGIN_DIR}, {}), ::testing::KilledBySignal(SIGABRT),
+              "tessera: the process died while loading the plugin " + file +
+                  "; set TESSERA_DISABLE_PLUGINS=crashes to skip it");
+}
+
+TEST(LoaderCrash, IsolatedLoadingReportsTheCrashAndLoadsTheOthers) {
+  const LoadResult r =
+      load_plugins({CRASHING_PLUGIN_DIR, TEST_PLUGIN_DIR}, {}, LoadOptions{.isolate = true});
+  const PluginRecord& crashed = record(r, "crashes");
+  EXPECT_EQ(crashed.outcome, LoadOutcome::failed);
+  EXPECT_EQ(crashed.stage, LoadStage::probe);
+  EXPECT_EQ(crashed.reason, fmt::format("crashed with signal {} ({}) while loading, in a probe "
+                                        "process; not loaded. Set TESSERA_DISABLE_PLUGINS=crashes "
+                                        "to skip it.",
+                                        SIGABRT, strsignal(SIGABRT)));
+  EXPECT_EQ(record(r, "good").outcome, LoadOutcome::loaded);
+  EXPECT_EQ(record(r, "throws").stage, LoadStage::create);  // a failure in the probe is not a crash
+  // The handlers of the process are its own again.
+  struct sigaction now {};
+  ::sigaction(SIGABRT, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
 
 TEST(LoaderOrder, TheFirstPluginOfANameWinsAndLaterOnesAreShadowed) {

@@ -1,4 +1,5 @@
 // Device selection: auto preference, explicit specs, errors, and the scoped guard.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -86,4 +87,68 @@ TEST(Guard, NestsAndRestores) {
     }
     EXPECT_EQ(&default_device(), &a);
   }
+}
+
+namespace {
+// A device with a kernel for every op (what the cpu, vulkan and opencl plugins have), or for only
+// the first |n| ops (an out-of-tree plugin that implements a few).
+void give_ops(MockDevice& d, int n = kNumOps) {
+  for (int op = 0; op < n; ++op) d.add(static_cast<OpId>(op));
+}
+}  // namespace
+
+// The out-of-tree discrete GPU that implements 3 ops: auto must not pick it when fallback is off
+// (training would fail on its first missing op), and says why.
+TEST(Auto, PrefersADeviceThatRunsEveryOpUnlessFallbackIsOn) {
+  MockDevice cpu("cpu", 0, DeviceType::cpu, 100), partial("outoftree", 0, DeviceType::discrete_gpu);
+  MockDevice lavapipe("vulkan", 0, DeviceType::cpu, 10);
+  give_ops(cpu);
+  give_ops(lavapipe);
+  give_ops(partial, 3);
+  const std::vector<Device*> all{&partial, &lavapipe, &cpu};
+  const AutoChoice off = choose_auto(all, false);
+  EXPECT_EQ(off.device, &cpu);
+  EXPECT_THAT(off.reason, HasSubstr("cpu:0 is a CPU, score 100, runs every op"));
+  EXPECT_THAT(off.reason,
+              HasSubstr(fmt::format("passed over outoftree:0 (discrete GPU, 3 of {} ops) because "
+                                    "fallback is off (TESSERA_FALLBACK=1 would choose it",
+                                    kNumOps)));
+  const AutoChoice on = choose_auto(all, true);
+  EXPECT_EQ(on.device, &partial);
+  EXPECT_THAT(on.reason,
+              HasSubstr(fmt::format("3 of {} ops; the others run on the fallback chain", kNumOps)));
+  EXPECT_EQ(pick_auto(all), &cpu);
+  EXPECT_EQ(pick_auto(all, true), &partial);
+}
+
+TEST(Auto, WithFallbackOnACompleteDeviceWinsWithinItsType) {
+  MockDevice partial("outoftree", 0, DeviceType::discrete_gpu, 50),
+      full("vulkan", 0, DeviceType::discrete_gpu, 1), cpu("cpu", 0, DeviceType::cpu, 100);
+  give_ops(partial, 3);
+  give_ops(full);
+  give_ops(cpu);
+  EXPECT_EQ(pick_auto({&partial, &full, &cpu}, true), &full);
+  EXPECT_EQ(pick_auto({&partial, &full, &cpu}, false), &full);
+}
+
+TEST(Auto, AddmmNeedsNoKernelAndWithoutACompleteDeviceTheBestPartialOneIsTaken) {
+  MockDevice no_addmm("vulkan", 0, DeviceType::discrete_gpu), cpu("cpu", 0, DeviceType::cpu, 100);
+  give_ops(no_addmm, static_cast<int>(OpId::addmm));  // every op but the last, addmm
+  give_ops(cpu);
+  EXPECT_TRUE(runs_every_op(no_addmm));
+  EXPECT_EQ(pick_auto({&cpu, &no_addmm}), &no_addmm);
+  MockDevice a("a", 0, DeviceType::cpu, 1), b("b", 0, DeviceType::discrete_gpu, 1);
+  give_ops(a, 5);
+  give_ops(b, 3);
+  const AutoChoice c = choose_auto({&a, &b}, false);
+  EXPECT_EQ(c.device, &b);
+  EXPECT_THAT(c.reason, HasSubstr("no device implements every op"));
+}
+
+TEST(Resolve, AutoFollowsTheFallbackSetting) {
+  MockDevice cpu("cpu", 0, DeviceType::cpu, 100), partial("outoftree", 0, DeviceType::discrete_gpu);
+  give_ops(cpu);
+  give_ops(partial, 3);
+  EXPECT_EQ(&resolve_device({{"auto", std::nullopt}}, {&partial, &cpu}, {}, "s"), &cpu);
+  EXPECT_EQ(&resolve_device({{"auto", std::nullopt}}, {&partial, &cpu}, {}, "s", true), &partial);
 }

@@ -1,5 +1,6 @@
-// Parsing of Tessera's environment variables (DESIGN.md, "Choosing the device"). Every parser is
-// strict: a malformed value throws ConfigError naming the variable, the value and what is accepted.
+// Parsing of Tessera's environment variables (docs/user-guide.md and the README's "Choosing the
+// device" list them). Every parser is strict: a malformed value throws ConfigError naming the
+// variable, the value and what is accepted.
 #pragma once
 
 #include <filesystem>
@@ -50,6 +51,7 @@ struct Config {
   // value fails the calls that depend on it and not, say, tessera-devices listing the plugins.
   std::string device;
   std::vector<DeviceSpec> fallback;
+  std::string fallback_value;  // TESSERA_FALLBACK as given, for messages
   std::vector<std::filesystem::path> plugin_path;
   std::vector<std::string> disabled_plugins;
   int log_level = 3;  // warn

@@ -1,5 +1,7 @@
-// Dispatcher: runs an op call on its device, or along the fallback chain (DESIGN.md, "The fallback
-// chain").
+// Dispatcher: runs an op call on its device, or along the fallback chain: when the call's device
+// has no kernel for the op or its supports() says no, each device of the chain (TESSERA_FALLBACK,
+// or set_fallback_chain()) is tried in order, with the inputs copied there and the outputs copied
+// back, so the result stays on the original device; when none can run it, UnsupportedOperation.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +33,9 @@ class Dispatcher {
   // Runs |call| (outputs allocated, on the device of its tensors) on |device| when it supports it;
   // otherwise copies the tensors to the first device of the chain that supports the call, runs it
   // there and copies the outputs back (warning once per op, device and reason, and counting);
-  // otherwise throws UnsupportedOperation with the message of DESIGN.md.
+  // otherwise throws UnsupportedOperation: "The operator 'max_pool2d' (f32, [64,32,26,26]) is not
+  // implemented for vulkan:0 (NAME).\nSet TESSERA_FALLBACK=1 to run it on the CPU instead; this is
+  // slower than running natively on vulkan." (with a chain: which devices were tried and why).
   void run(Device& device, const OpCall& call);
 
   std::vector<FallbackRoute> routes() const;

@@ -41,7 +41,8 @@ class DeviceUnavailable : public Error {
   using Error::Error;
 };
 
-// No device in the dispatch chain can run an op call (see DESIGN.md, "The fallback chain").
+// No device in the dispatch chain can run an op call: neither the call's own device nor any device
+// of the fallback chain (dispatch.h); the message names the op, the device and what to set.
 class UnsupportedOperation : public Error {
  public:
   using Error::Error;

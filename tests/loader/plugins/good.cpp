@@ -1,4 +1,8 @@
 // A well-formed plugin with one host-memory device and no kernels; TEST_PLUGIN_NAME names it.
+// TEST_CREATE_THROWS, TEST_CREATE_CONFIG_ERROR and TEST_CREATE_ABORTS break its create.
+#include <cstdlib>
+
+#include "tessera/errors.h"
 #include "tessera/host.h"
 #include "tessera/plugin.h"
 
@@ -43,8 +47,13 @@ class TestBackend final : public tessera::Backend {
 };
 
 std::unique_ptr<tessera::Backend> create() {
-#ifdef TEST_CREATE_THROWS
+#if defined(TEST_CREATE_THROWS)
   throw std::runtime_error("boom: the device driver refused to initialise");
+#elif defined(TEST_CREATE_CONFIG_ERROR)
+  throw tessera::ConfigError(
+      "TESSERA_TEST_LEVEL='eleven' is not valid: give a whole number from 1 to 10");
+#elif defined(TEST_CREATE_ABORTS)
+  std::abort();  // as a driver that kills the process in its constructor does
 #else
   return std::make_unique<TestBackend>();
 #endif
