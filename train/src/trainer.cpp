@@ -169,7 +169,7 @@ Device& resolve_accelerator(const std::string& accelerator, int devices_wanted) 
         fmt::format("You requested devices={} with accelerator='{}', but your system only has {} "
                     "{} device(s).",
                     devices_wanted, name, mine.size(), name));
-  Device& chosen = *pick_auto(mine);
+  Device& chosen = *pick_auto(mine, !fallback_chain().empty());
   require_one_device(devices_wanted, chosen);
   return chosen;
 }
