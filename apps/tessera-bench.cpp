@@ -618,7 +618,21 @@ json fit_tessera(const Device& dev, const std::string& model, const FitOptions& 
   const CpuTimes before = cpu_times();
   const ChildRun run = run_child(argv, o.timeout_s, dir, "tessera-train");
   json side = fit_side(run, command_line(argv), o, before);
-  if (!side.contains("error")) read_fit_metrics(dir / "metrics.csv", o.epochs, side);
+  if (side.contains("error")) return side;
+  // The summary line ends "| mlp on opencl:0 (NVIDIA H100 80GB HBM3)": the device the run used,
+  // which must be the one this process knows by that id.
+  const std::string summary = last_line(run.out);
+  const std::string expected = fmt::format(" on {} ({})", dev.id(), dev.info().name);
+  const std::size_t on = summary.rfind(" on ");
+  side["name"] = "Tessera" + (on == std::string::npos ? std::string(" (device not reported)")
+                                                      : summary.substr(on));
+  if (!summary.ends_with(expected)) {
+    side["error"] =
+        fmt::format("`{}` ran on another device than {} ({}): {}",
+                    side["command"].get<std::string>(), dev.id(), dev.info().name, summary);
+    return side;
+  }
+  read_fit_metrics(dir / "metrics.csv", o.epochs, side);
   return side;
 }
 

@@ -374,6 +374,9 @@ TEST(TesseraBench, FitRunsTesseraTrainAndThePeerAndReportsTimeToAccuracy) {
   EXPECT_NE(res["peer"]["command"].get<std::string>().find("--limit-test-batches 2"),
             std::string::npos);
   EXPECT_NE(res["peer"]["name"].get<std::string>().find("PyTorch"), std::string::npos);
+  // The device the run reported is the one asked for.
+  EXPECT_TRUE(res["tessera"]["name"].get<std::string>().starts_with("Tessera on cpu:0 ("))
+      << res["tessera"]["name"];
   EXPECT_DOUBLE_EQ(res["ratio"].get<double>(),
                    res["peer"]["seconds"].get<double>() / res["tessera"]["seconds"].get<double>());
 }
