@@ -16,7 +16,7 @@ namespace tessera::fuzz {
 namespace {
 
 // Loads the checkpoint at |path| into a fresh model and optimizer; when accepted, checks the
-// progress and takes one training step.
+// progress and the optimizer state's dtype, and takes one training step.
 template <typename Opt, typename Options>
 bool load_into(const std::filesystem::path& path, Options options) {
   static Device& cpu = device("cpu");
@@ -31,6 +31,10 @@ bool load_into(const std::filesystem::path& path, Options options) {
   if (progress.epoch < 0)
     finding("checkpoint",
             fmt::format("{} accepted a checkpoint of epoch {}", optimizer.name(), progress.epoch));
+  for (const auto& [name, t] : optimizer.state().tensors)
+    if (t.dtype() != DType::f32)
+      finding("checkpoint", fmt::format("{} accepted state '{}' as {}; the parameters are f32",
+                                        optimizer.name(), name, dtype_name(t.dtype())));
   try {
     DeviceGuard guard(cpu);
     const Tensor x = Tensor::from(std::vector<float>{0.5f, -1, 2, 0, 1, 1, -0.5f, 3}, {2, 4}, &cpu);

@@ -1,7 +1,11 @@
 // Fuzz target: the IDX reader (fuzz_targets.h states the contract).
+#include <optional>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "fuzz_targets.h"
+#include "tessera/checked.h"
 #include "tessera/errors.h"
 #include "tessera/train/data.h"
 
@@ -14,11 +18,15 @@ bool idx(const std::uint8_t* data, std::size_t size) {
   } catch (const Error&) {
     return false;
   }
-  std::size_t bytes = 1;
-  for (std::int64_t d : a.dims) bytes *= static_cast<std::size_t>(d);
-  if (a.dims.empty() || a.dims.size() > 4 || bytes != a.data.size())
-    finding("idx", fmt::format("accepted {} dimensions describing {} bytes with {} bytes of data",
-                               a.dims.size(), bytes, a.data.size()));
+  std::optional<std::uint64_t> bytes = 1;
+  for (std::int64_t d : a.dims)
+    if (bytes) bytes = checked_mul(*bytes, static_cast<std::uint64_t>(d));
+  if (!bytes)
+    finding("idx", fmt::format("accepted dimensions [{}] whose product overflows 64 bits",
+                               fmt::join(a.dims, ", ")));
+  if (a.dims.empty() || a.dims.size() > 4 || *bytes != a.data.size())
+    finding("idx", fmt::format("accepted dimensions [{}] ({} bytes) with {} bytes of data",
+                               fmt::join(a.dims, ", "), *bytes, a.data.size()));
   return true;
 }
 

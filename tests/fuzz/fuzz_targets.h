@@ -33,8 +33,9 @@ bool idx(const std::uint8_t* data, std::size_t size);
 // within the input and of the size their shape and dtype say.
 bool safetensors(const std::uint8_t* data, std::size_t size);
 // tessera::train::load_checkpoint on the input as a file, into checkpoint_model() with SGD
-// (momentum) and with Adam, on cpu:0. An accepted checkpoint must say a non-negative epoch and must
-// train: one forward, backward and optimizer step afterwards may not throw.
+// (momentum) and with Adam, on cpu:0. An accepted checkpoint must say a non-negative epoch, give
+// the optimizer f32 state (as its parameters) and train: one forward, backward and optimizer step
+// afterwards may not throw.
 bool checkpoint(const std::uint8_t* data, std::size_t size);
 // The environment parsers of tessera/config.h. The input is NAME=VALUE for one of TESSERA_DEVICE,
 // TESSERA_FALLBACK, TESSERA_LOG_LEVEL, TESSERA_DISABLE_PLUGINS, TESSERA_PLUGIN_PATH (that parser,
