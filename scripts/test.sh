@@ -34,7 +34,8 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   # thread-local storage of a dlopen'ed library that pool threads have touched (oneDNN's). Not
   # scanning thread-local storage can only add leak reports, never hide one; the few it adds
   # (glibc's dlerror() state, libgomp's per-thread settings) are suppressed in tests/lsan.supp.
-  symbolizer=$(command -v llvm-symbolizer) || { echo "llvm-symbolizer not found: apt-get install llvm" >&2; exit 1; }
+  symbolizer=$(command -v llvm-symbolizer) ||
+    { echo "llvm-symbolizer not found: apt-get install llvm" >&2; exit 1; }
   ASAN_SYMBOLIZER_PATH=$symbolizer LSAN_SYMBOLIZER_PATH=$symbolizer \
   ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:use_tls=0" \
     ctest --test-dir build-asan --output-on-failure --parallel "$jobs"
