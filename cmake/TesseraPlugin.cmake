@@ -66,7 +66,11 @@ function(tessera_add_plugin name)
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON
     INSTALL_RPATH "$ORIGIN/../..")
-  target_link_options(${target} PRIVATE -Wl,--no-undefined)
+  # Not in the libFuzzer build (TESSERA_FUZZ): there the sanitizer and fuzzer runtimes live in the
+  # executable, so a plugin's references to them are undefined until it is loaded.
+  if(NOT TESSERA_FUZZ)
+    target_link_options(${target} PRIVATE -Wl,--no-undefined)
+  endif()
   if(NOT ARG_NO_INSTALL)
     install(TARGETS ${target} LIBRARY DESTINATION ${TESSERA_PLUGIN_INSTALL_DIR})
   endif()

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Set up and pass the tests: a Release build with warnings as errors, then the same suite under
-# AddressSanitizer + UndefinedBehaviorSanitizer (skip that with TESSERA_SKIP_SANITIZERS=1).
+# AddressSanitizer + UndefinedBehaviorSanitizer (skip that with TESSERA_SKIP_SANITIZERS=1), then
+# every fuzz target for TESSERA_FUZZ_SECONDS (60) each (scripts/fuzz.sh; skip with
+# TESSERA_SKIP_FUZZ=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
 echo "== build (Release, -Werror)"
-TESSERA_EXTRA_PACKAGES="python3-venv python3-torch" scripts/setup.sh build -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON -DTESSERA_REQUIRE_GPU_PLUGINS=ON
+# python3-torch: the PyTorch peer of tessera-bench's fit case test. clang and libclang-rt-14-dev:
+# the fuzz stage's libFuzzer build; llvm: llvm-symbolizer, without which sanitizer reports (and the
+# suppressions by function name in tests/lsan.supp) see only library+offset frames.
+TESSERA_EXTRA_PACKAGES="python3-venv python3-torch clang libclang-rt-14-dev llvm" scripts/setup.sh build -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON -DTESSERA_REQUIRE_GPU_PLUGINS=ON
 
 # The checkpoint test reads a checkpoint with Python's safetensors library (PyPI, test-only): a
 # virtual environment in .venv-test, made once.
@@ -29,6 +34,13 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   # thread-local storage of a dlopen'ed library that pool threads have touched (oneDNN's). Not
   # scanning thread-local storage can only add leak reports, never hide one; the few it adds
   # (glibc's dlerror() state, libgomp's per-thread settings) are suppressed in tests/lsan.supp.
+  symbolizer=$(command -v llvm-symbolizer) ||
+    { echo "llvm-symbolizer not found: apt-get install llvm" >&2; exit 1; }
+  ASAN_SYMBOLIZER_PATH=$symbolizer LSAN_SYMBOLIZER_PATH=$symbolizer \
   ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:use_tls=0" \
     ctest --test-dir build-asan --output-on-failure --parallel "$jobs"
+fi
+
+if [ "${TESSERA_SKIP_FUZZ:-0}" != 1 ]; then
+  scripts/fuzz.sh
 fi

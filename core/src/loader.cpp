@@ -366,8 +366,9 @@ LoadResult load_plugins(const std::vector<fs::path>& dirs, const std::vector<std
                                   "disabled by TESSERA_DISABLE_PLUGINS"});
         continue;
       }
-      auto first = std::find_if(result.plugins.begin(), result.plugins.end(),
-                                [&](const LoadedPlugin& p) { return p.name == name; });
+      auto first =
+          std::find_if(result.plugins.begin(), result.plugins.end(),
+                       [&, &name = name](const LoadedPlugin& p) { return p.name == name; });
       if (first != result.plugins.end()) {
         result.records.push_back({path, name, "", LoadOutcome::shadowed, LoadStage::format,
                                   fmt::format("shadowed by {}", first->path.string())});

@@ -366,7 +366,7 @@ Variable conv2d(const Variable& x, const Variable& w, Conv2dAttrs attrs) {
 
 Variable max_pool2d(const Variable& x, Pool2dAttrs attrs) {
   auto [y, indices] = tessera::max_pool2d(x.value(), attrs);
-  return make_result(y, {x}, [indices, s = x.shape(), attrs](const Tensor& g) -> Grads {
+  return make_result(y, {x}, [indices = indices, s = x.shape(), attrs](const Tensor& g) -> Grads {
     return {tessera::max_pool2d_backward(g, indices, s, attrs)};
   });
 }
