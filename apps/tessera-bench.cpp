@@ -67,6 +67,35 @@ extern char** environ;
 
 namespace {
 
+// The environment as the user started tessera-bench with it, taken before any plugin loads.
+// Children (tessera-train, the PyTorch peers) get this copy, not the live environment, which the
+// libraries loaded here edit: on the H100 machine, after the OpenCL drivers loaded,
+// OCL_ICD_FILENAMES named PoCL alone (and HWLOC_PLUGINS_PATH was set), so a child tessera-train
+// saw no NVIDIA OpenCL platform and its opencl:0 was PoCL; the cpu plugin sets OPENBLAS_CORETYPE.
+std::vector<std::string>& start_environment() {
+  static std::vector<std::string> env = [] {
+    std::vector<std::string> e;
+    for (char** v = environ; v && *v; ++v) e.emplace_back(*v);
+    return e;
+  }();
+  return env;
+}
+
+// start_environment() as the null-terminated array posix_spawn takes; valid while it is unchanged.
+std::vector<char*> spawn_environment() {
+  std::vector<char*> env;
+  for (std::string& v : start_environment()) env.push_back(v.data());
+  env.push_back(nullptr);
+  return env;
+}
+
+std::vector<char*> argv_of(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  return args;
+}
+
 double median(std::vector<double> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -325,16 +354,51 @@ json train_result(const std::vector<json>& ours, const std::vector<json>& peer_r
   return r;
 }
 
-// Runs a PyTorch peer script with |args|; its JSON, or {"error": why}.
-json run_peer(const std::string& python, const std::string& script, const std::string& args) {
-  const std::string cmd = fmt::format("'{}' '{}' {} 2>&1", python, script, args);
+// The command line of |argv| as a user would type it (arguments with spaces quoted).
+std::string command_line(const std::vector<std::string>& argv) {
+  std::string cmd;
+  for (const std::string& a : argv)
+    cmd += (cmd.empty() ? "" : " ") +
+           (a.find_first_of(" \t'\"") == std::string::npos ? a : "'" + a + "'");
+  return cmd;
+}
+
+// Runs a PyTorch peer script with |args| (stdout and stderr read through one pipe, the start
+// environment); its JSON, or {"error": why}.
+json run_peer(const std::string& python, const std::string& script,
+              const std::vector<std::string>& args) {
+  std::vector<std::string> argv{python, script};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const std::string cmd = command_line(argv);
   std::string out;
   int status = -1;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    const int raw = pclose(p);
-    status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) == 0) {
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&files, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&files, fds[1], 2);
+    std::vector<char*> cargs = argv_of(argv), env = spawn_environment();
+    pid_t pid = -1;
+    const int rc = posix_spawnp(&pid, cargs[0], &files, nullptr, cargs.data(), env.data());
+    posix_spawn_file_actions_destroy(&files);
+    ::close(fds[1]);
+    if (rc == 0) {
+      char buf[4096];
+      for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        out.append(buf, static_cast<std::size_t>(n));
+      }
+      int raw = 0;
+      while (waitpid(pid, &raw, 0) < 0 && errno == EINTR) {
+      }
+      status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    } else {
+      out = fmt::format("can not start it: {}", std::strerror(rc));
+    }
+    ::close(fds[0]);
     if (status == 0) {
       try {
         return json::parse(out.substr(out.find('{')));
@@ -448,15 +512,6 @@ std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
-// The command line of |argv| as a user would type it (arguments with spaces quoted).
-std::string command_line(const std::vector<std::string>& argv) {
-  std::string cmd;
-  for (const std::string& a : argv)
-    cmd += (cmd.empty() ? "" : " ") +
-           (a.find_first_of(" \t'\"") == std::string::npos ? a : "'" + a + "'");
-  return cmd;
-}
-
 // Runs |argv| (argv[0] looked up in PATH) with stdin from /dev/null and stdout and stderr into
 // |dir|/|name|.out and .err until it exits or |timeout_s| seconds pass; then it is killed
 // (SIGKILL) and reaped, so that a hung run can not hang the benchmark. The child's failures are
@@ -470,12 +525,10 @@ ChildRun run_child(const std::vector<std::string>& argv, double timeout_s, const
   posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+  std::vector<char*> args = argv_of(argv), env = spawn_environment();
   pid_t pid = -1;
   const auto t0 = Clock::now();
-  const int rc = posix_spawnp(&pid, args[0], &files, nullptr, args.data(), environ);
+  const int rc = posix_spawnp(&pid, args[0], &files, nullptr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&files);
   if (rc != 0) {
     r.why_not_started = std::strerror(rc);
@@ -728,6 +781,7 @@ std::string default_tessera_train() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  start_environment();  // before any plugin loads
   po::options_description opts("Usage: tessera-bench [options]\n\nOptions");
   std::string device_list, cases, out_file, torch_python = "python3", models = "mlp,cnn";
   std::string peer_dir = default_peer_dir();
@@ -814,8 +868,8 @@ int main(int argc, char** argv) {
         for (std::int64_t n : sizes)
           size_list += fmt::format("{}{}", size_list.empty() ? "" : ",", n);
         gpu_peer = run_peer(torch_python, peer_dir + "/gpu_peer.py",
-                            fmt::format("--sizes {} --elements {} --repeat {}", size_list,
-                                        kAddElementsGpu, repeat));
+                            {"--sizes", size_list, "--elements", std::to_string(kAddElementsGpu),
+                             "--repeat", std::to_string(repeat)});
       }
       if (do_sgemm)
         for (std::int64_t n : sizes) {
@@ -846,8 +900,8 @@ int main(int argc, char** argv) {
           if (run_peers) {
             const CpuTimes before = cpu_times();
             json run = run_peer(torch_python, peer_dir + "/train_peer.py",
-                                fmt::format("--device {} --steps {} --repeat {} --models {}",
-                                            torch_device, train_steps, repeat, models));
+                                {"--device", torch_device, "--steps", std::to_string(train_steps),
+                                 "--repeat", std::to_string(repeat), "--models", models});
             if (run.is_object()) run["steal_percent"] = steal_percent_since(before);
             peers[torch_device].push_back(std::move(run));
           }

@@ -427,6 +427,31 @@ TEST(TesseraBench, AFitRunThatFailsDiesOrHangsIsAnErrorInTheJson) {
   EXPECT_EQ(run("", std::string(BENCH_BIN) + " --cases fit --epochs 0").code, 2);
 }
 
+// The runs tessera-bench starts see the environment the user started it with, not the one the
+// plugins it loaded edited (the cpu plugin sets OPENBLAS_CORETYPE when it uses OpenBLAS; PoCL's ICD
+// rewrote OCL_ICD_FILENAMES, which hid the GPU's OpenCL platform from a child tessera-train).
+TEST(TesseraBench, ItsRunsSeeTheEnvironmentItWasStartedWith) {
+  const std::string dir = ::testing::TempDir();
+  const std::string script = fmt::format("{}/tessera-fit-env-{}.sh", dir, ::getpid());
+  const std::string seen = fmt::format("{}/tessera-fit-env-{}.txt", dir, ::getpid());
+  std::ofstream(script) << "#!/bin/sh\nenv > " << seen << "\nexit 3\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  const Result r =
+      run("-u OPENBLAS_CORETYPE TESSERA_CPU_GEMM=openblas TESSERA_DISABLE_PLUGINS=opencl,vulkan "
+          "TESSERA_MARK=1",
+          fmt::format("{} --cases fit --models mlp --epochs 1 --devices cpu "
+                      "--tessera-train {} --torch-python /bin/false",
+                      BENCH_BIN, script));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(seen);
+  std::stringstream env;
+  env << in.rdbuf();
+  EXPECT_NE(env.str().find("TESSERA_MARK=1"), std::string::npos) << env.str();
+  EXPECT_EQ(env.str().find("OPENBLAS_CORETYPE="), std::string::npos) << env.str();
+  std::filesystem::remove(script);
+  std::filesystem::remove(seen);
+}
+
 TEST(TesseraDevices, ACorruptCompiledCodeCacheIsIgnoredAndRewritten) {
   // The GPU plugins cache pipelines (vulkan) and program binaries (opencl) under
   // TESSERA_CACHE_DIR. Every entry is then overwritten with garbage or cut short: the next run
