@@ -230,7 +230,7 @@ TrainingProgress load_checkpoint(const fs::path& path, Module& model, Optimizer&
   if (by_name.size() != params.size())
     for (const auto& [name, t] : by_name)
       if (std::none_of(params.begin(), params.end(),
-                       [&](const NamedParameter& p) { return p.name == name; }))
+                       [&, &name = name](const NamedParameter& p) { return p.name == name; }))
         throw InvalidArgument(
             fmt::format("{}: tensor '{}' is not a parameter of the model; the checkpoint holds "
                         "another model ({})",
