@@ -641,33 +641,38 @@ void read_fit_metrics(const fs::path& csv, int epochs, json& side) {
   add_seconds_outside_training(side);
 }
 
+void append(std::vector<std::string>& to, const std::vector<std::string>& more) {
+  to.insert(to.end(), more.begin(), more.end());
+}
+
+// The job both sides of the fit case run, as arguments both understand: the model, epochs, Adam's
+// lr, batch, data, limits and a checkpoint directory in |dir|.
+std::vector<std::string> fit_job(const std::string& model, const FitOptions& o,
+                                 const fs::path& dir) {
+  return {"--model",
+          model,
+          "--epochs",
+          std::to_string(o.epochs),
+          "--lr",
+          kFitLr,
+          "--batch-size",
+          std::to_string(kFitBatch),
+          "--data",
+          o.data,
+          "--limit-train-batches",
+          std::to_string(o.limit_train_batches),
+          "--limit-test-batches",
+          std::to_string(o.limit_test_batches),
+          "--checkpoint-dir",
+          (dir / "checkpoints").string()};
+}
+
 // tessera-train's whole run of |model| on |dev|, in |dir|.
 json fit_tessera(const Device& dev, const std::string& model, const FitOptions& o,
                  const fs::path& dir) {
-  const std::vector<std::string> argv{o.tessera_train,
-                                      "--accelerator",
-                                      dev.id(),
-                                      "--model",
-                                      model,
-                                      "--epochs",
-                                      std::to_string(o.epochs),
-                                      "--optimizer",
-                                      "adam",
-                                      "--lr",
-                                      kFitLr,
-                                      "--batch-size",
-                                      std::to_string(kFitBatch),
-                                      "--data",
-                                      o.data,
-                                      "--limit-train-batches",
-                                      std::to_string(o.limit_train_batches),
-                                      "--limit-test-batches",
-                                      std::to_string(o.limit_test_batches),
-                                      "--checkpoint-dir",
-                                      (dir / "checkpoints").string(),
-                                      "--metrics",
-                                      (dir / "metrics.csv").string(),
-                                      "-q"};
+  std::vector<std::string> argv{o.tessera_train, "--accelerator", dev.id(), "--optimizer", "adam"};
+  append(argv, fit_job(model, o, dir));
+  append(argv, {"--metrics", (dir / "metrics.csv").string(), "-q"});
   const CpuTimes before = cpu_times();
   const ChildRun run = run_child(argv, o.timeout_s, dir, "tessera-train");
   json side = fit_side(run, command_line(argv), o, before);
@@ -692,26 +697,8 @@ json fit_tessera(const Device& dev, const std::string& model, const FitOptions& 
 // fit_peer.py's whole run of |model| on PyTorch's |torch_device|, in |dir|.
 json fit_peer(const std::string& torch_device, const std::string& model, const FitOptions& o,
               const fs::path& dir) {
-  const std::vector<std::string> argv{o.python,
-                                      o.peer_dir + "/fit_peer.py",
-                                      "--device",
-                                      torch_device,
-                                      "--model",
-                                      model,
-                                      "--epochs",
-                                      std::to_string(o.epochs),
-                                      "--lr",
-                                      kFitLr,
-                                      "--batch-size",
-                                      std::to_string(kFitBatch),
-                                      "--data",
-                                      o.data,
-                                      "--limit-train-batches",
-                                      std::to_string(o.limit_train_batches),
-                                      "--limit-test-batches",
-                                      std::to_string(o.limit_test_batches),
-                                      "--checkpoint-dir",
-                                      (dir / "checkpoints").string()};
+  std::vector<std::string> argv{o.python, o.peer_dir + "/fit_peer.py", "--device", torch_device};
+  append(argv, fit_job(model, o, dir));
   const CpuTimes before = cpu_times();
   const ChildRun run = run_child(argv, o.timeout_s, dir, "fit_peer");
   json side = fit_side(run, command_line(argv), o, before);
