@@ -318,28 +318,42 @@ std::string unsafe_permissions(const fs::path& path) {
   const std::string via = !ec && resolved != given
                               ? fmt::format(" (the plugin resolves to {})", resolved.string())
                               : "";
-  // Every directory from the file's up to the root, of the path as given and of the resolved one;
-  // stat follows symlinks, so a directory reached through a link is judged by its target.
-  std::vector<fs::path> dirs;
+  // Every directory from the root down to the file's, of the path as given and of the resolved
+  // one, with the entry the path takes inside it; stat follows symlinks, so a directory reached
+  // through a link is judged by its target.
+  struct Step {
+    fs::path dir, entry;
+  };
+  std::vector<Step> steps;
   for (const fs::path& p : {given, ec ? given : resolved})
-    for (fs::path d = p.parent_path(); !d.empty(); d = d.parent_path()) {
-      if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
+    for (fs::path entry = p, d = p.parent_path(); !d.empty(); entry = d, d = d.parent_path()) {
+      if (std::none_of(steps.begin(), steps.end(),
+                       [&](const Step& s) { return s.dir == d && s.entry == entry; }))
+        steps.push_back({d, entry});
       if (d == d.root_path()) break;
     }
-  for (const fs::path& dir : dirs) {
-    if (::stat(dir.c_str(), &st) != 0) continue;
+  for (const Step& step : steps) {
+    if (::stat(step.dir.c_str(), &st) != 0) continue;
     const std::string who = group_writers(st);
     if (who.empty()) continue;
-    const std::string what = dir == given.parent_path()
-                                 ? std::string("its directory")
-                                 : fmt::format("the directory {} on the way to it", dir.string());
-    if ((st.st_mode & S_IWOTH) && (st.st_mode & S_ISVTX))
+    // A sticky directory (/tmp) lets only an entry's owner (or root) rename or remove it: the way
+    // through it is safe when the entry taken belongs to root or to this process's user.
+    struct stat entry {};
+    const bool owned_entry = (st.st_mode & S_ISVTX) && ::lstat(step.entry.c_str(), &entry) == 0 &&
+                             (entry.st_uid == 0 || entry.st_uid == ::geteuid());
+    if (owned_entry) continue;
+    const std::string what =
+        step.dir == given.parent_path()
+            ? std::string("its directory")
+            : fmt::format("the directory {} on the way to it", step.dir.string());
+    if (st.st_mode & S_ISVTX)
       return fmt::format(
-          "refused: {} is writable by {} (sticky, as /tmp is: anyone may add files there){}; move "
-          "the plugin to a directory only its owner can write (~/.local/lib/tessera/plugins)",
-          what, who, via);
+          "refused: {} is writable by {} (sticky, as /tmp is) and {} in it belongs to another "
+          "user, "
+          "who may replace it{}; move the plugin to a directory only you or root can write",
+          what, who, step.entry.string(), via);
     return fmt::format("refused: {} is writable by {}{} (chmod {} {})", what, who, via,
-                       (st.st_mode & S_IWOTH) ? "go-w" : "g-w", dir.string());
+                       (st.st_mode & S_IWOTH) ? "go-w" : "g-w", step.dir.string());
   }
   return {};
 }

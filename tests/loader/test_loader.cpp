@@ -173,20 +173,31 @@ TEST(LoaderPermissions, RefusesAPluginUnderAWorldWritableAncestor) {
             fmt::format("refused: the directory {0} on the way to it is writable by everyone "
                         "(chmod go-w {0})",
                         outer.string()));
-  // Sticky (as /tmp is) does not make it safe: anyone may still add a directory of their own.
+  // Sticky (as /tmp is): others may add entries but not replace ours, so the way through an entry
+  // of this user is safe (a clone under /tmp loads its plugins).
   ::chmod(outer.c_str(), 01777);
   const LoadResult sticky = load_plugins({inner}, {});
   ASSERT_EQ(sticky.records.size(), 1u);
-  EXPECT_EQ(sticky.records[0].stage, LoadStage::permissions);
-  EXPECT_NE(sticky.records[0].reason.find(fmt::format("the directory {} on the way to it is "
-                                                      "writable by everyone (sticky",
-                                                      outer.string())),
-            std::string::npos)
-      << sticky.records[0].reason;
+  EXPECT_EQ(sticky.records[0].outcome, LoadOutcome::loaded) << sticky.records[0].reason;
   // Only its owner may write it: loaded.
   ::chmod(outer.c_str(), 0755);
   const LoadResult safe = load_plugins({inner}, {});
   EXPECT_EQ(safe.records.at(0).outcome, LoadOutcome::loaded) << safe.records.at(0).reason;
+  // Sticky again, through an entry of another user: refused, that user may replace the entry.
+  // (Giving an entry to another user takes root.)
+  if (::geteuid() != 0) return;
+  ::chmod(outer.c_str(), 01777);
+  ASSERT_EQ(::chown((outer / "safe").c_str(), 65534, 65534), 0);
+  const LoadResult foreign = load_plugins({inner}, {});
+  ASSERT_EQ(foreign.records.size(), 1u);
+  EXPECT_EQ(foreign.records[0].stage, LoadStage::permissions);
+  EXPECT_NE(foreign.records[0].reason.find(
+                fmt::format("the directory {} on the way to it is writable by everyone (sticky, "
+                            "as /tmp is) and {} in it belongs to another user",
+                            outer.string(), (outer / "safe").string())),
+            std::string::npos)
+      << foreign.records[0].reason;
+  ASSERT_EQ(::chown((outer / "safe").c_str(), ::geteuid(), ::getegid()), 0);
 }
 
 TEST(LoaderConfig, AMalformedVariableOfAPluginIsItsOwnStage) {

@@ -84,9 +84,10 @@ std::vector<std::filesystem::path> builtin_plugin_dirs();
 // it or a directory on the way to it; empty when it is safe. Checks, as sudo does for its files,
 // the file and every ancestor directory of both the path as given and the path it resolves to
 // (symlinks followed), up to the root. Group write counts unless the group is root's or the
-// owner's own private group; a sticky world-writable directory (/tmp) is unsafe too. The message
-// names the file or directory and the chmod that makes it safe (or, for a sticky directory, says to
-// move the plugin).
+// owner's own private group. A sticky directory writable by others (/tmp) is passed only through
+// an entry owned by root or by this process's user (nobody else may rename or remove it there). The
+// message names the file or directory and the chmod that makes it safe (or, for a sticky
+// directory, the entry that belongs to another user).
 std::string unsafe_permissions(const std::filesystem::path& path);
 
 }  // namespace tessera
