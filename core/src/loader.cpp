@@ -349,8 +349,7 @@ std::string unsafe_permissions(const fs::path& path) {
     if (st.st_mode & S_ISVTX)
       return fmt::format(
           "refused: {} is writable by {} (sticky, as /tmp is) and {} in it belongs to another "
-          "user, "
-          "who may replace it{}; move the plugin to a directory only you or root can write",
+          "user, who may replace it{}; move the plugin to a directory only you or root can write",
           what, who, step.entry.string(), via);
     return fmt::format("refused: {} is writable by {}{} (chmod {} {})", what, who, via,
                        (st.st_mode & S_IWOTH) ? "go-w" : "g-w", step.dir.string());
