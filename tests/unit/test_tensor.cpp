@@ -23,6 +23,27 @@ TEST(Tensor, HostRoundTrip) {
   EXPECT_THROW(Tensor::empty({2, -1}, DType::f32, &dev), InvalidArgument);
 }
 
+// Sizes that overflow are errors, never a tensor with a wrapped size: {2^62, 4} has 2^64 elements
+// (it returned a tensor of 0 bytes, and sum on it wrote out of bounds).
+TEST(Tensor, ShapesWhoseSizeOverflowsAreRefused) {
+  MockDevice dev("cpu", 0);
+  for (const Shape& shape :
+       {Shape{std::int64_t{1} << 62, 4}, Shape{std::int64_t{1} << 32, std::int64_t{1} << 32},
+        Shape{3, std::int64_t{1} << 62, 2, 2}}) {
+    try {
+      (void)Tensor::empty(shape, DType::f32, &dev);
+      ADD_FAILURE() << shape.str() << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(shape.str()), std::string::npos) << e.what();
+    }
+    EXPECT_THROW((void)shape.numel(), InvalidArgument) << shape.str();
+  }
+  // The element count fits, the bytes do not (2^62 floats are 2^64 bytes).
+  EXPECT_THROW((void)Tensor::empty({std::int64_t{1} << 62}, DType::f32, &dev), InvalidArgument);
+  // Large but representable: the device says it has no room, naming itself.
+  EXPECT_THROW((void)Tensor::empty({std::int64_t{1} << 60}, DType::u8, &dev), OutOfMemory);
+}
+
 TEST(Tensor, CopiesBetweenDevicesKeepValuesAndAreIndependent) {
   MockDevice a("cpu", 0), b("gpu", 0);
   std::vector<std::int32_t> v(1000);
