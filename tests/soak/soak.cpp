@@ -3,7 +3,7 @@
 // thread turns a hang (a device or driver that stops making progress) into a failure that names
 // the device, the step and the op in flight, instead of a test run that never ends.
 //
-//   TESSERA_SOAK_STEPS          steps per device (default 2000)
+//   TESSERA_SOAK_STEPS          steps per device (default 5000)
 //   TESSERA_SOAK_STALL_SECONDS  no progress for this long is a hang (default 120)
 //   TESSERA_TEST_SEED           repeats a run (printed at the start)
 #include <gtest/gtest.h>
@@ -321,7 +321,7 @@ class SoakTest : public ::testing::Test {
   explicit SoakTest(Device& d) : device_(d) {}
   void TestBody() override {
     Device& ref = device("cpu:0");
-    const long steps = env_long("TESSERA_SOAK_STEPS", 2000);
+    const long steps = env_long("TESSERA_SOAK_STEPS", 5000);
     Watchdog dog(std::chrono::seconds(env_long("TESSERA_SOAK_STALL_SECONDS", 120)));
     Soak soak(device_, ref, g_seed ^ std::hash<std::string>{}(device_.id()), dog);
     soak.run(steps);
