@@ -16,7 +16,7 @@ targets=("$@")
 
 echo "== build (libFuzzer + ASan + UBSan, clang)"
 CC=clang CXX=clang++ \
-  TESSERA_EXTRA_PACKAGES="clang libclang-rt-14-dev llvm ${TESSERA_EXTRA_PACKAGES:-}" \
+  TESSERA_EXTRA_PACKAGES="clang libclang-rt-14-dev llvm libc6-dbg ${TESSERA_EXTRA_PACKAGES:-}" \
   scripts/setup.sh build-fuzz -DCMAKE_BUILD_TYPE=Debug -DTESSERA_FUZZ=ON \
   -DCMAKE_CXX_COMPILER=clang++
 

@@ -43,7 +43,8 @@ std::string file_error(F f) {
   return {};
 }
 
-// file_error(f) for a call given the FIFO |fifo|, run on another thread. When the call has not
+// file_error(f) for a call given the FIFO |fifo|, run on another thread (load the runtime before:
+// see SafetensorsInput.OnlyRegularFilesAreOpened). When the call has not
 // returned after a minute it is stuck in open() or read() waiting for a writer: the test fails
 // saying so, and the FIFO's write end is opened and closed so that the call sees the end of the
 // data and returns instead of hanging the suite.
