@@ -21,6 +21,10 @@ HostBuffer::~HostBuffer() {
 }
 
 std::unique_ptr<Buffer> HostAllocator::allocate(std::size_t bytes) {
+  // Asked before malloc: a size no machine here holds is an answer, not a request to the C
+  // library (whose answer differs: null, or an abort under AddressSanitizer).
+  static const std::size_t total = host_memory_info().total;  // read once (0: unknown)
+  if (total > 0 && bytes > total) throw OutOfMemory(device_id_, bytes, memory().free);
   try {
     return std::make_unique<HostBuffer>(bytes);
   } catch (const std::bad_alloc&) {

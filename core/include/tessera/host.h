@@ -24,10 +24,15 @@ class HostBuffer final : public Buffer {
   std::size_t size_;
 };
 
+// The machine's memory from /proc/meminfo (MemTotal, MemAvailable).
+MemoryInfo host_memory_info();
+
 // Allocates HostBuffers; memory() reports the machine's RAM (MemTotal, MemAvailable).
 class HostAllocator final : public Allocator {
  public:
   explicit HostAllocator(std::string device_id) : device_id_(std::move(device_id)) {}
+  // Throws OutOfMemory naming the device for a request larger than the machine's RAM (which the
+  // kernel's overcommit could not back either) or one the C library refuses. Thread-safe.
   std::unique_ptr<Buffer> allocate(std::size_t bytes) override;
   MemoryInfo memory() const override;
 
@@ -44,8 +49,5 @@ class HostQueue final : public Queue {
             std::size_t bytes) override;
   void synchronize() override {}
 };
-
-// The machine's memory from /proc/meminfo (MemTotal, MemAvailable).
-MemoryInfo host_memory_info();
 
 }  // namespace tessera
