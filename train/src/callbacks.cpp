@@ -153,12 +153,9 @@ void ModelCheckpoint::on_fit_start(Trainer& t) {
   // name, when it is epoch-N.safetensors for an epoch N this fit will train.
   const fs::path& from = t.resumed_from();
   const std::string name = from.filename().string();
-  constexpr std::string_view kPrefix = "epoch-", kSuffix = ".safetensors";
-  if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
-      !name.ends_with(kSuffix))
-    return;
-  const auto n = detail::parse_integer<int>(
-      std::string_view(name).substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size()));
+  const std::optional<std::string_view> digits = checkpoint_name_digits(name);
+  if (!digits) return;
+  const auto n = detail::parse_integer<int>(*digits);
   if (!n || checkpoint_name(*n) != name || *n <= t.progress().epoch ||
       *n > t.options().max_epochs || !same_file(dir_ / name, from))
     return;

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <regex>
 #include <set>
 
 #include <fmt/format.h>
@@ -256,6 +255,18 @@ std::string checkpoint_name(int epoch) {
   return fmt::format("epoch-{:04}.safetensors", epoch);
 }
 
+std::optional<std::string_view> checkpoint_name_digits(std::string_view file_name) {
+  constexpr std::string_view kPrefix = "epoch-", kSuffix = ".safetensors";
+  if (file_name.size() <= kPrefix.size() + kSuffix.size() || !file_name.starts_with(kPrefix) ||
+      !file_name.ends_with(kSuffix))
+    return std::nullopt;
+  const std::string_view digits =
+      file_name.substr(kPrefix.size(), file_name.size() - kPrefix.size() - kSuffix.size());
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return digits;
+}
+
 std::optional<fs::path> latest_checkpoint(const fs::path& dir) {
   std::error_code ec;
   const fs::file_status st = fs::status(dir, ec);
@@ -263,15 +274,14 @@ std::optional<fs::path> latest_checkpoint(const fs::path& dir) {
   if (!fs::is_directory(st))
     throw FileError(
         fmt::format("{}: not a directory; checkpoints are files in a directory", dir.string()));
-  static const std::regex pattern(R"(epoch-(\d+)\.safetensors)");
   std::optional<fs::path> best;
   int best_epoch = -1;
   fs::directory_iterator it(dir, ec);
   for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    std::smatch m;
     const std::string name = it->path().filename().string();
-    if (!std::regex_match(name, m, pattern)) continue;
-    const auto e = detail::parse_integer<int>(m[1].str());
+    const std::optional<std::string_view> digits = checkpoint_name_digits(name);
+    if (!digits) continue;
+    const auto e = detail::parse_integer<int>(*digits);
     if (!e)
       throw FileError(fmt::format(
           "{}: the epoch number in the file name is more than {}; rename or remove the file",

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/train/layers.h"
@@ -56,6 +57,9 @@ TrainingProgress load_checkpoint(const std::filesystem::path& path, Module& mode
 
 // The file name save_checkpoint uses for |epoch| in a checkpoint directory: epoch-0003.safetensors.
 std::string checkpoint_name(int epoch);
+// The decimal digits of the epoch in a checkpoint file name: "0003" for epoch-0003.safetensors
+// (or "3" for a renamed epoch-3.safetensors); nullopt when |file_name| is not such a name.
+std::optional<std::string_view> checkpoint_name_digits(std::string_view file_name);
 // The checkpoint of the highest epoch in |dir| (files named epoch-N.safetensors), if any; nullopt
 // when |dir| does not exist. Throws FileError naming the path when |dir| is not a directory or
 // can not be listed, or a file's epoch number does not fit an int.
