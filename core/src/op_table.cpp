@@ -1,38 +1,14 @@
 // The op table: names, arity, layout flags and shape rules of every op, in OpId order.
 #include <fmt/format.h>
 
+#include "rules.h"
 #include "tessera/errors.h"
 #include "tessera/op.h"
 
 namespace tessera {
 namespace {
 
-template <typename... Args>
-void require(bool ok, const OpCall& call, fmt::format_string<Args...> f, Args&&... args) {
-  if (!ok)
-    throw InvalidArgument(
-        fmt::format("{}: {}", op_name(call.op), fmt::format(f, std::forward<Args>(args)...)));
-}
-
-void require_dtype(const OpCall& call, const Tensor& t, DType want, const char* what) {
-  require(t.dtype() == want, call, "{} must be {}, got {}", what, dtype_name(want),
-          dtype_name(t.dtype()));
-}
-
-void require_same_shape(const OpCall& call, const Tensor& a, const Tensor& b, const char* an,
-                        const char* bn) {
-  require(a.shape() == b.shape(), call, "{} {} and {} {} must have the same shape", an,
-          a.shape().str(), bn, b.shape().str());
-}
-
-void require_rank(const OpCall& call, const Tensor& t, int rank, const char* what) {
-  require(t.rank() == rank, call, "{} must have rank {}, got {}", what, rank, t.shape().str());
-}
-
-void require_spec(const OpCall& call, const TensorSpec& s, const Shape& want, const char* what) {
-  require(s.shape == want, call, "{} must have shape {} for these inputs, got {}", what, want.str(),
-          s.shape.str());
-}
+using namespace rules;
 
 void infer_same(const OpCall& call, std::span<TensorSpec> out) {
   out[0] = {call.in(0).shape(), call.in(0).dtype()};
@@ -277,8 +253,23 @@ constexpr OpDef kOps[] = {
     {OpId::max_backward, "max_backward", 2, 1, false, false, false, infer_max_backward},
     {OpId::dropout_mask, "dropout_mask", 0, 1, false, true, false, infer_dropout_mask},
     {OpId::addmm, "addmm", 3, 1, false, false, true, infer_addmm},
+
+    // --- tensor API: casts, factories, indexing ---
+
+    // --- element-wise math, comparisons, selection ---
+
+    // --- reductions, normalisation, losses, optimizers ---
+
+    // --- nn: batched matmul, embedding, pooling, attention ---
+
 };
 static_assert(std::size(kOps) == kNumOps, "one OpDef per OpId");
+constexpr bool in_id_order() {
+  for (std::size_t i = 0; i < std::size(kOps); ++i)
+    if (static_cast<std::size_t>(kOps[i].id) != i) return false;
+  return true;
+}
+static_assert(in_id_order(), "kOps lists the ops in OpId order");
 
 }  // namespace
 

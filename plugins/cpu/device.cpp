@@ -94,6 +94,15 @@ CpuDevice::CpuDevice(Threads threads) : pool_(threads.count), ctx_{pool_, blas()
   register_reductions(kernels_, ctx_);
   register_nn(kernels_, ctx_);
   register_optim(kernels_, ctx_);
+
+  // --- tensor API: casts, factories, indexing ---
+
+  // --- element-wise math, comparisons, selection ---
+
+  // --- reductions, normalisation, losses, optimizers ---
+
+  // --- nn: batched matmul, embedding, pooling, attention ---
+
 }
 
 }  // namespace tessera::cpu

@@ -74,6 +74,15 @@ void register_reductions(KernelTable& table, Context& ctx);
 void register_nn(KernelTable& table, Context& ctx);
 void register_optim(KernelTable& table, Context& ctx);
 
+// --- tensor API: casts, factories, indexing ---
+
+// --- element-wise math, comparisons, selection ---
+
+// --- reductions, normalisation, losses, optimizers ---
+
+// --- nn: batched matmul, embedding, pooling, attention ---
+
+
 // Host pointers of a call's tensors (CPU buffers are host memory).
 template <typename T = float>
 inline const T* in_ptr(const OpCall& call, int i) {

@@ -22,6 +22,15 @@ struct Case {
 std::vector<Case> op_cases();
 std::vector<Case> grad_cases();
 
+// --- tensor API: casts, factories, indexing ---
+
+// --- element-wise math, comparisons, selection ---
+
+// --- reductions, normalisation, losses, optimizers ---
+
+// --- nn: batched matmul, embedding, pooling, attention ---
+
+
 // Fresh random inputs on every run (the seed is printed by main.cpp for reproduction).
 std::mt19937& rng();
 

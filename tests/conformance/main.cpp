@@ -96,6 +96,15 @@ int main(int argc, char** argv) {
   for (Device* d : devs) {
     conformance::register_cases("Ops", d, conformance::op_cases());
     conformance::register_cases("Grad", d, conformance::grad_cases());
+
+    // --- tensor API: casts, factories, indexing ---
+
+    // --- element-wise math, comparisons, selection ---
+
+    // --- reductions, normalisation, losses, optimizers ---
+
+    // --- nn: batched matmul, embedding, pooling, attention ---
+
     conformance::register_out_of_memory(d);
   }
   return RUN_ALL_TESTS();

@@ -7,14 +7,17 @@
 
 namespace tessera {
 
-enum class DType : std::uint8_t { f32, f64, f16, bf16, i32, u8 };
+// f32/f16/bf16/f64 floating point; i32 and i64 integers (indices, labels); u8 bytes; boolean masks
+// (one byte per element holding 0 or 1, as torch.bool), made by the comparisons.
+enum class DType : std::uint8_t { f32, f64, f16, bf16, i32, u8, i64, boolean };
 
-inline constexpr int kNumDTypes = 6;
+inline constexpr int kNumDTypes = 8;
 
 // Size of one element in bytes.
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
     case DType::f64:
+    case DType::i64:
       return 8;
     case DType::f32:
     case DType::i32:
@@ -23,6 +26,7 @@ constexpr std::size_t dtype_size(DType t) {
     case DType::bf16:
       return 2;
     case DType::u8:
+    case DType::boolean:
       return 1;
   }
   return 0;
@@ -43,6 +47,10 @@ constexpr std::string_view dtype_name(DType t) {
       return "i32";
     case DType::u8:
       return "u8";
+    case DType::i64:
+      return "i64";
+    case DType::boolean:
+      return "bool";
   }
   return "?";
 }
@@ -65,6 +73,14 @@ struct dtype_of<std::int32_t> {
 template <>
 struct dtype_of<std::uint8_t> {
   static constexpr DType value = DType::u8;
+};
+template <>
+struct dtype_of<std::int64_t> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::boolean;
 };
 template <typename T>
 inline constexpr DType dtype_of_v = dtype_of<T>::value;

@@ -48,10 +48,20 @@ enum class OpId : std::uint16_t {
   max_backward,            // (grad [reduced], x) -> grad at the first max along axis, AxisAttrs
   dropout_mask,  // () -> out[i] = 0 or 1/(1-p), a pure function of (seed, i), DropoutAttrs
   addmm,         // (a, b, bias [N]) -> op(a) @ op(b) + bias on every row; 2-D, MatmulAttrs
+
+  // --- tensor API: casts, factories, indexing ---
+
+  // --- element-wise math, comparisons, selection ---
+
+  // --- reductions, normalisation, losses, optimizers ---
+
+  // --- nn: batched matmul, embedding, pooling, attention ---
+
+  num_ops_  // not an op: the number of ops
 };
 
-inline constexpr int kNumOps = static_cast<int>(OpId::addmm) + 1;
-inline constexpr int kMaxOpInputs = 3;
+inline constexpr int kNumOps = static_cast<int>(OpId::num_ops_);
+inline constexpr int kMaxOpInputs = 6;
 inline constexpr int kMaxOpOutputs = 3;
 
 struct NoAttrs {};

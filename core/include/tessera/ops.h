@@ -63,4 +63,12 @@ void dropout_mask_(Tensor& mask, const DropoutAttrs& attrs);
 void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum, const SgdAttrs& attrs);
 void adam_update_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamAttrs& attrs);
 
+// --- tensor API: casts, factories, indexing ---
+
+// --- element-wise math, comparisons, selection ---
+
+// --- reductions, normalisation, losses, optimizers ---
+
+// --- nn: batched matmul, embedding, pooling, attention ---
+
 }  // namespace tessera

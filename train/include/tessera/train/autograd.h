@@ -112,4 +112,12 @@ Variable linear(const Variable& x, const Variable& w, const Variable& b);
 // x * mask, where mask is dropout_mask(p, seed): zero with probability p, else 1/(1-p).
 Variable dropout(const Variable& x, float p, std::uint64_t seed);
 
+// --- tensor API: casts, factories, indexing ---
+
+// --- element-wise math, comparisons, selection ---
+
+// --- reductions, normalisation, losses, optimizers ---
+
+// --- nn: batched matmul, embedding, pooling, attention ---
+
 }  // namespace tessera::train
