@@ -30,8 +30,8 @@ Tensor scalar_like(OpId op, const Tensor& like, double value) {
 GeluAttrs gelu_attrs(OpId op, std::string_view approximate) {
   if (approximate == "none") return {GeluApproximate::none};
   if (approximate == "tanh") return {GeluApproximate::tanh};
-  throw InvalidArgument(fmt::format("{}: approximate must be 'none' or 'tanh', got '{}'",
-                                    op_name(op), approximate));
+  throw InvalidArgument(
+      fmt::format("{}: approximate must be 'none' or 'tanh', got '{}'", op_name(op), approximate));
 }
 
 }  // namespace
@@ -56,8 +56,7 @@ Tensor pow(const Tensor& x, double exponent) {
 }
 
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
-  if (!min && !max)
-    throw InvalidArgument("clamp: at least one of min and max must be given");
+  if (!min && !max) throw InvalidArgument("clamp: at least one of min and max must be given");
   ClampAttrs attrs;
   if (min) attrs.min = *min;
   if (max) attrs.max = *max;

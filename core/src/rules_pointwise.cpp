@@ -27,8 +27,8 @@ void require_bool(const OpCall& call, const Tensor& t, const char* what) {
 
 void require_same_dtype(const OpCall& call, const Tensor& a, const Tensor& b, const char* an,
                         const char* bn) {
-  require(a.dtype() == b.dtype(), call, "{} and {} must have the same dtype, got {} and {}", an,
-          bn, dtype_name(a.dtype()), dtype_name(b.dtype()));
+  require(a.dtype() == b.dtype(), call, "{} and {} must have the same dtype, got {} and {}", an, bn,
+          dtype_name(a.dtype()), dtype_name(b.dtype()));
 }
 
 // broadcast_shapes, with the op's name in the message.

@@ -12,6 +12,8 @@ void add_base_ops(PortableOps& ops);
 // --- tensor API: casts, factories, indexing ---
 
 // --- element-wise math, comparisons, selection ---
+// Element-wise math, comparisons, where and masked_fill (ops_pointwise.cpp).
+void add_pointwise_ops(PortableOps& ops);
 
 // --- reductions, normalisation, losses, optimizers ---
 

@@ -1,6 +1,7 @@
 // Element-wise math, comparisons and selection: unary ops over contiguous f32, and binary/ternary
 // ops over strided (broadcast) inputs, walked row by row after merging the dimensions every input
 // steps through as one.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -86,24 +87,26 @@ void binary(const OpCall& call, Context& ctx, F f) {
   const A* pa = in_ptr<A>(call, 0);
   const B* pb = in_ptr<B>(call, 1);
   Out* y = out_ptr<Out>(call, 0);
-  for_rows<2>(call, ctx, [&](std::int64_t y0, const std::int64_t* off, const std::int64_t* step,
-                             std::int64_t inner) {
-    const A* ra = pa + off[0];
-    const B* rb = pb + off[1];
-    Out* yr = y + y0;
-    if (step[0] == 1 && step[1] == 1) {
-      for (std::int64_t i = 0; i < inner; ++i) yr[i] = static_cast<Out>(f(ra[i], rb[i]));
-    } else if (step[0] == 1 && step[1] == 0) {
-      const B vb = *rb;
-      for (std::int64_t i = 0; i < inner; ++i) yr[i] = static_cast<Out>(f(ra[i], vb));
-    } else if (step[0] == 0 && step[1] == 1) {
-      const A va = *ra;
-      for (std::int64_t i = 0; i < inner; ++i) yr[i] = static_cast<Out>(f(va, rb[i]));
-    } else {
-      const std::int64_t sa = step[0], sb = step[1];
-      for (std::int64_t i = 0; i < inner; ++i) yr[i] = static_cast<Out>(f(ra[i * sa], rb[i * sb]));
-    }
-  });
+  for_rows<2>(
+      call, ctx,
+      [&](std::int64_t y0, const std::int64_t* off, const std::int64_t* step, std::int64_t inner) {
+        const A* ra = pa + off[0];
+        const B* rb = pb + off[1];
+        Out* yr = y + y0;
+        if (step[0] == 1 && step[1] == 1) {
+          for (std::int64_t i = 0; i < inner; ++i) yr[i] = static_cast<Out>(f(ra[i], rb[i]));
+        } else if (step[0] == 1 && step[1] == 0) {
+          const B vb = *rb;
+          for (std::int64_t i = 0; i < inner; ++i) yr[i] = static_cast<Out>(f(ra[i], vb));
+        } else if (step[0] == 0 && step[1] == 1) {
+          const A va = *ra;
+          for (std::int64_t i = 0; i < inner; ++i) yr[i] = static_cast<Out>(f(va, rb[i]));
+        } else {
+          const std::int64_t sa = step[0], sb = step[1];
+          for (std::int64_t i = 0; i < inner; ++i)
+            yr[i] = static_cast<Out>(f(ra[i * sa], rb[i * sb]));
+        }
+      });
 }
 
 void where_kernel(const OpCall& call, Context& ctx) {
@@ -111,19 +114,20 @@ void where_kernel(const OpCall& call, Context& ctx) {
   const float* pa = in_ptr(call, 1);
   const float* pb = in_ptr(call, 2);
   float* y = out_ptr(call, 0);
-  for_rows<3>(call, ctx, [&](std::int64_t y0, const std::int64_t* off, const std::int64_t* step,
-                             std::int64_t inner) {
-    const std::uint8_t* rc = pc + off[0];
-    const float* ra = pa + off[1];
-    const float* rb = pb + off[2];
-    float* yr = y + y0;
-    if (step[0] == 1 && step[1] == 1 && step[2] == 1) {
-      for (std::int64_t i = 0; i < inner; ++i) yr[i] = rc[i] ? ra[i] : rb[i];
-    } else {
-      const std::int64_t sc = step[0], sa = step[1], sb = step[2];
-      for (std::int64_t i = 0; i < inner; ++i) yr[i] = rc[i * sc] ? ra[i * sa] : rb[i * sb];
-    }
-  });
+  for_rows<3>(
+      call, ctx,
+      [&](std::int64_t y0, const std::int64_t* off, const std::int64_t* step, std::int64_t inner) {
+        const std::uint8_t* rc = pc + off[0];
+        const float* ra = pa + off[1];
+        const float* rb = pb + off[2];
+        float* yr = y + y0;
+        if (step[0] == 1 && step[1] == 1 && step[2] == 1) {
+          for (std::int64_t i = 0; i < inner; ++i) yr[i] = rc[i] ? ra[i] : rb[i];
+        } else {
+          const std::int64_t sc = step[0], sa = step[1], sb = step[2];
+          for (std::int64_t i = 0; i < inner; ++i) yr[i] = rc[i * sc] ? ra[i * sa] : rb[i * sb];
+        }
+      });
 }
 
 // x^p with the exponents torch treats specially computed exactly as their closed forms.
@@ -141,32 +145,39 @@ void pow_kernel(const OpCall& call, Context& ctx) {
   unary(call, ctx, [pf](float v) { return std::pow(v, pf); });
 }
 
-constexpr float kSqrtHalf = 0.70710678118654752f;        // 1 / sqrt(2)
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;      // 1 / sqrt(2 pi)
-constexpr float kSqrt2OverPi = 0.79788456080286536f;     // sqrt(2 / pi)
+constexpr float kSqrtHalf = 0.70710678118654752f;     // 1 / sqrt(2)
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;   // 1 / sqrt(2 pi)
+constexpr float kSqrt2OverPi = 0.79788456080286536f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
 bool tanh_form(const OpCall& call) {
   return call.attr<GeluAttrs>().approximate == GeluApproximate::tanh;
 }
 
+// gelu's tanh form as x * s, s = (1 + tanh u) / 2 = 1 / (1 + e), e = exp(-2u) (capped so that
+// 1 + e stays finite), u = sqrt(2/pi) (x + 0.044715 x^3): no cancellation in 1 + tanh u for
+// negative x; 1 - tanh^2 u = 4 s (1 - s) and 1 - s = e s.
+float gelu_tanh_e(float v) {
+  return std::exp(std::min(-2.0f * kSqrt2OverPi * (v + kGeluCubic * v * v * v), 80.0f));
+}
+
+// The exact form through erfc: Phi(x) = erfc(-x / sqrt 2) / 2 keeps its relative accuracy where
+// 1 + erf(x / sqrt 2) would cancel.
 void gelu_kernel(const OpCall& call, Context& ctx) {
-  if (tanh_form(call))
-    return unary(call, ctx, [](float v) {
-      return 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kGeluCubic * v * v * v)));
-    });
-  unary(call, ctx, [](float v) { return 0.5f * v * (1.0f + std::erf(v * kSqrtHalf)); });
+  if (tanh_form(call)) return unary(call, ctx, [](float v) { return v / (1.0f + gelu_tanh_e(v)); });
+  unary(call, ctx, [](float v) { return 0.5f * v * std::erfc(-v * kSqrtHalf); });
 }
 
 void gelu_backward_kernel(const OpCall& call, Context& ctx) {
   if (tanh_form(call))
     return backward(call, ctx, [](float v) {
-      const float t = std::tanh(kSqrt2OverPi * (v + kGeluCubic * v * v * v));
+      const float e = gelu_tanh_e(v);
+      const float s = 1.0f / (1.0f + e);
       const float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
-      return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner;
+      return s + 2.0f * v * s * (e * s) * dinner;
     });
   backward(call, ctx, [](float v) {
-    return 0.5f * (1.0f + std::erf(v * kSqrtHalf)) + v * kInvSqrt2Pi * std::exp(-0.5f * v * v);
+    return 0.5f * std::erfc(-v * kSqrtHalf) + v * kInvSqrt2Pi * std::exp(-0.5f * v * v);
   });
 }
 

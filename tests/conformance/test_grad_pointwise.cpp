@@ -103,34 +103,45 @@ Tensor mask_on(Device& d, std::int64_t n, const Shape& s) {
 
 std::vector<Case> tessera::conformance::pointwise_grad_cases() {
   std::vector<Case> c;
-  auto range = [](float lo, float hi) { return [=](std::int64_t n) { return uniform(n, lo, hi); }; };
+  auto range = [](float lo, float hi) {
+    return [=](std::int64_t n) { return uniform(n, lo, hi); };
+  };
   auto normal = [](float scale) { return [=](std::int64_t n) { return randn(n, scale); }; };
   // Spaced 0.1 apart around zero: no element near the kinks at 0 and at the bounds below.
   auto spaced = [](std::int64_t n) { return separated(n, 0.1f); };
 
-  c.push_back(unary("neg", OpId::neg, [](auto& x) { return tt::neg(x); }, normal(1)));
-  c.push_back(unary("abs", OpId::abs, [](auto& x) { return tt::abs(x); }, spaced));
-  c.push_back(unary("sqrt", OpId::sqrt, [](auto& x) { return tt::sqrt(x); }, range(0.5f, 3)));
-  c.push_back(unary("rsqrt", OpId::rsqrt, [](auto& x) { return tt::rsqrt(x); }, range(0.5f, 3)));
+  c.push_back(unary(
+      "neg", OpId::neg, [](auto& x) { return tt::neg(x); }, normal(1)));
+  c.push_back(unary(
+      "abs", OpId::abs, [](auto& x) { return tt::abs(x); }, spaced));
+  c.push_back(unary(
+      "sqrt", OpId::sqrt, [](auto& x) { return tt::sqrt(x); }, range(0.5f, 3)));
+  c.push_back(unary(
+      "rsqrt", OpId::rsqrt, [](auto& x) { return tt::rsqrt(x); }, range(0.5f, 3)));
   for (const double p : {2.0, 3.0, 0.5, -1.5, 2.5, 0.0}) {
     std::string name = fmt::format("pow_{}", p);
     std::replace(name.begin(), name.end(), '-', 'm');
     std::replace(name.begin(), name.end(), '.', 'p');
-    c.push_back(unary(name, OpId::pow, [p](auto& x) { return tt::pow(x, p); }, range(0.5f, 2)));
+    c.push_back(unary(
+        name, OpId::pow, [p](auto& x) { return tt::pow(x, p); }, range(0.5f, 2)));
   }
-  c.push_back(unary("pow_3_negative", OpId::pow, [](auto& x) { return tt::pow(x, 3.0); },
-                    range(-2, -0.5f)));
+  c.push_back(unary(
+      "pow_3_negative", OpId::pow, [](auto& x) { return tt::pow(x, 3.0); }, range(-2, -0.5f)));
   // Bounds halfway between the grid points (odd multiples of 0.05).
-  c.push_back(unary("clamp", OpId::clamp, [](auto& x) { return tt::clamp(x, -0.6, 0.8); }, spaced));
-  c.push_back(
-      unary("clamp_min", OpId::clamp, [](auto& x) { return tt::clamp(x, -0.4); }, spaced));
-  c.push_back(unary("clamp_max", OpId::clamp,
-                    [](auto& x) { return tt::clamp(x, std::nullopt, 0.2); }, spaced));
-  c.push_back(unary("gelu", OpId::gelu, [](auto& x) { return tt::gelu(x); }, normal(2)));
-  c.push_back(
-      unary("gelu_tanh", OpId::gelu, [](auto& x) { return tt::gelu(x, "tanh"); }, normal(2)));
-  c.push_back(unary("silu", OpId::silu, [](auto& x) { return tt::silu(x); }, normal(2)));
-  c.push_back(unary("erf", OpId::erf, [](auto& x) { return tt::erf(x); }, range(-2, 2)));
+  c.push_back(unary(
+      "clamp", OpId::clamp, [](auto& x) { return tt::clamp(x, -0.6, 0.8); }, spaced));
+  c.push_back(unary(
+      "clamp_min", OpId::clamp, [](auto& x) { return tt::clamp(x, -0.4); }, spaced));
+  c.push_back(unary(
+      "clamp_max", OpId::clamp, [](auto& x) { return tt::clamp(x, std::nullopt, 0.2); }, spaced));
+  c.push_back(unary(
+      "gelu", OpId::gelu, [](auto& x) { return tt::gelu(x); }, normal(2)));
+  c.push_back(unary(
+      "gelu_tanh", OpId::gelu, [](auto& x) { return tt::gelu(x, "tanh"); }, normal(2)));
+  c.push_back(unary(
+      "silu", OpId::silu, [](auto& x) { return tt::silu(x); }, normal(2)));
+  c.push_back(unary(
+      "erf", OpId::erf, [](auto& x) { return tt::erf(x); }, range(-2, 2)));
 
   for (const bool smaller : {true, false}) {
     const char* name = smaller ? "minimum" : "maximum";
@@ -148,7 +159,8 @@ std::vector<Case> tessera::conformance::pointwise_grad_cases() {
     c.push_back({fmt::format("grad_{}_ties", name), op, [=](Device& d) {
                    // Equal operands: each gets half of the gradient, as in PyTorch.
                    const Vec x = randn(7), w = randn(7);
-                   tt::Variable a(Tensor::from(x, {7}, &d), true), b(Tensor::from(x, {7}, &d), true);
+                   tt::Variable a(Tensor::from(x, {7}, &d), true),
+                       b(Tensor::from(x, {7}, &d), true);
                    const tt::Variable y = smaller ? tt::minimum(a, b) : tt::maximum(a, b);
                    y.backward(Tensor::from(w, {7}, &d));
                    const Vec ga = a.grad().to_vector<float>(), gb = b.grad().to_vector<float>();

@@ -139,11 +139,11 @@ Case unary_case(const Unary& u) {
           }};
 }
 
+// In float64, through erfc and the logistic form of (1 + tanh u) / 2, so that the reference keeps
+// its relative accuracy at negative x (a case of one element compares one such value).
 double gelu_ref(double x, bool tanh_form) {
-  if (tanh_form)
-    return 0.5 * x *
-           (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-  return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+  if (tanh_form) return x / (1 + std::exp(-2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+  return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
 }
 
 double gelu_grad_ref(double x, bool tanh_form) {
@@ -152,7 +152,7 @@ double gelu_grad_ref(double x, bool tanh_form) {
     const double t = std::tanh(k * (x + 0.044715 * x * x * x));
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
   }
-  return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+  return 0.5 * std::erfc(-x / std::sqrt(2.0)) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
 }
 
 double silu_grad_ref(double x) {
@@ -162,8 +162,8 @@ double silu_grad_ref(double x) {
 
 void add_unary_cases(std::vector<Case>& c) {
   const Unary list[] = {
-      {"neg", OpId::neg, [](const Tensor& x) { return neg(x); }, [](double v) { return -v; }, -3,
-       3, true},
+      {"neg", OpId::neg, [](const Tensor& x) { return neg(x); }, [](double v) { return -v; }, -3, 3,
+       true},
       {"abs", OpId::abs, [](const Tensor& x) { return tessera::abs(x); },
        [](double v) { return std::fabs(v); }, -3, 3, true},
       {"sqrt", OpId::sqrt, [](const Tensor& x) { return tessera::sqrt(x); },
@@ -195,8 +195,7 @@ void add_unary_cases(std::vector<Case>& c) {
     std::string name = fmt::format("pow_{}", p);  // test names without '-' and '.'
     std::replace(name.begin(), name.end(), '-', 'm');
     std::replace(name.begin(), name.end(), '.', 'p');
-    c.push_back(unary_case({name, OpId::pow,
-                            [p](const Tensor& x) { return tessera::pow(x, p); },
+    c.push_back(unary_case({name, OpId::pow, [p](const Tensor& x) { return tessera::pow(x, p); },
                             [p](double v) { return std::pow(v, p); }, integer ? -2.0f : 0.2f,
                             integer ? 2.0f : 3.0f}));
   }
@@ -204,7 +203,8 @@ void add_unary_cases(std::vector<Case>& c) {
                  // A negative base with a fractional exponent is NaN; 0^-1 is inf; x^0 is 1.
                  const Vec x = {-2.0f, 0.0f, -0.5f, 4.0f};
                  const Vec half = tessera::pow(on(d, x, {4}), 2.5).to_vector<float>();
-                 EXPECT_TRUE(std::isnan(half[0]) && std::isnan(half[2])) << half[0] << " " << half[2];
+                 EXPECT_TRUE(std::isnan(half[0]) && std::isnan(half[2]))
+                     << half[0] << " " << half[2];
                  EXPECT_EQ(half[1], 0.0f);
                  EXPECT_NEAR(half[3], 32.0f, 1e-4f);
                  const Vec inv = tessera::pow(on(d, x, {4}), -1.0).to_vector<float>();
@@ -243,9 +243,9 @@ void add_unary_cases(std::vector<Case>& c) {
                  [tanh_form](Device& d) {
                    for (const std::int64_t n : kSizes) {
                      const Vec g = randn(n), x = uniform(n, -6, 6);
-                     const Vec y = gelu_backward(on(d, g, {n}), on(d, x, {n}),
-                                                 tanh_form ? "tanh" : "none")
-                                       .to_vector<float>();
+                     const Vec y =
+                         gelu_backward(on(d, g, {n}), on(d, x, {n}), tanh_form ? "tanh" : "none")
+                             .to_vector<float>();
                      Ref r(x.size());
                      for (std::size_t i = 0; i < x.size(); ++i)
                        r[i] = g[i] * gelu_grad_ref(x[i], tanh_form);
@@ -335,12 +335,18 @@ void add_binary_cases(std::vector<Case>& c) {
     c.push_back({name, op, [op = op, ref = ref](Device& d) {
                    auto fn = [op](const Tensor& a, const Tensor& b) {
                      switch (op) {
-                       case OpId::eq: return eq(a, b);
-                       case OpId::ne: return ne(a, b);
-                       case OpId::lt: return lt(a, b);
-                       case OpId::le: return le(a, b);
-                       case OpId::gt: return gt(a, b);
-                       default: return ge(a, b);
+                       case OpId::eq:
+                         return eq(a, b);
+                       case OpId::ne:
+                         return ne(a, b);
+                       case OpId::lt:
+                         return lt(a, b);
+                       case OpId::le:
+                         return le(a, b);
+                       case OpId::gt:
+                         return gt(a, b);
+                       default:
+                         return ge(a, b);
                      }
                    };
                    check_binary<std::uint8_t>(d, fn, [&](double a, double b) { return ref(a, b); });
@@ -350,12 +356,24 @@ void add_binary_cases(std::vector<Case>& c) {
                    const Tensor t = on(d, x, {127});
                    Tensor y;
                    switch (op) {
-                     case OpId::eq: y = eq(t, 0.5); break;
-                     case OpId::ne: y = ne(t, 0.5); break;
-                     case OpId::lt: y = lt(t, 0.5); break;
-                     case OpId::le: y = le(t, 0.5); break;
-                     case OpId::gt: y = gt(t, 0.5); break;
-                     default: y = ge(t, 0.5); break;
+                     case OpId::eq:
+                       y = eq(t, 0.5);
+                       break;
+                     case OpId::ne:
+                       y = ne(t, 0.5);
+                       break;
+                     case OpId::lt:
+                       y = lt(t, 0.5);
+                       break;
+                     case OpId::le:
+                       y = le(t, 0.5);
+                       break;
+                     case OpId::gt:
+                       y = gt(t, 0.5);
+                       break;
+                     default:
+                       y = ge(t, 0.5);
+                       break;
                    }
                    Mask r(x.size());
                    for (std::size_t i = 0; i < x.size(); ++i) r[i] = ref(x[i], 0.5);

@@ -28,8 +28,8 @@ Tensor min_max_grad(const Tensor& g, const Tensor& self, const Tensor& other, bo
 }
 
 Variable min_max(const Variable& a, const Variable& b, bool smaller) {
-  Tensor y = smaller ? tessera::minimum(a.value(), b.value())
-                     : tessera::maximum(a.value(), b.value());
+  Tensor y =
+      smaller ? tessera::minimum(a.value(), b.value()) : tessera::maximum(a.value(), b.value());
   return make_result(y, {a, b}, [a, b, smaller](const Tensor& g) -> Grads {
     Tensor ga, gb;
     if (wants(a)) ga = sum_to(min_max_grad(g, a.value(), b.value(), smaller), a.shape());
@@ -66,13 +66,13 @@ Variable rsqrt(const Variable& x) {
 }
 
 Variable pow(const Variable& x, double exponent) {
-  return make_result(tessera::pow(x.value(), exponent), {x},
-                     [x, exponent](const Tensor& g) -> Grads {
-                       if (exponent == 0) return {zeros_like(g)};
-                       const Tensor d = tessera::mul_scalar(
-                           tessera::pow(x.value(), exponent - 1), exponent);  // p x^(p-1)
-                       return {tessera::mul(g, d)};
-                     });
+  return make_result(
+      tessera::pow(x.value(), exponent), {x}, [x, exponent](const Tensor& g) -> Grads {
+        if (exponent == 0) return {zeros_like(g)};
+        const Tensor d =
+            tessera::mul_scalar(tessera::pow(x.value(), exponent - 1), exponent);  // p x^(p-1)
+        return {tessera::mul(g, d)};
+      });
 }
 
 Variable clamp(const Variable& x, std::optional<double> min, std::optional<double> max) {
