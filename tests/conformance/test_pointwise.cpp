@@ -392,36 +392,38 @@ void add_binary_cases(std::vector<Case>& c) {
 // ----- selection -----
 
 void add_selection_cases(std::vector<Case>& c) {
-  c.push_back({"where", OpId::where, [](Device& d) {
-                 auto run = [&](const Shape& sc, const Shape& sa, const Shape& sb,
-                                const std::string& what, bool transpose_cond) {
-                   const Shape out = broadcast_shapes(broadcast_shapes(sc, sa), sb);
-                   Mask m = random_mask(sc.numel());
-                   const Vec a = randn(sa.numel()), b = randn(sb.numel());
-                   Tensor tc = mask_on(d, m, sc);
-                   if (transpose_cond) {  // cond stored [c, r], read through its transpose
-                     tc = mask_on(d, m, {sc[1], sc[0]}).t();
-                     Mask rowmajor(m.size());
-                     for (std::int64_t i = 0; i < sc[0]; ++i)
-                       for (std::int64_t j = 0; j < sc[1]; ++j)
-                         rowmajor[i * sc[1] + j] = m[j * sc[0] + i];
-                     m = rowmajor;
-                   }
-                   const Tensor y = where(tc, on(d, a, sa), on(d, b, sb));
-                   ASSERT_EQ(y.shape(), out) << what;
-                   Ref r(static_cast<std::size_t>(out.numel()));
-                   for (std::int64_t i = 0; i < out.numel(); ++i)
-                     r[i] = m[source_index(out, sc, i)] ? a[source_index(out, sa, i)]
-                                                        : b[source_index(out, sb, i)];
-                   expect_equal(y.to_vector<float>(), r, what);
-                 };
-                 run({2, 1, 5}, {1, 3, 1}, {5}, "[2,1,5], [1,3,1], [5]", false);
-                 run({3, 1}, {4, 3, 2}, {}, "[3,1], [4,3,2], []", false);
-                 for (const std::int64_t n : kSizes)
-                   run({n}, {n}, {n}, fmt::format("[{}] three times", n), false);
-                 run({0, 4}, {4}, {1}, "[0,4], [4], [1]", false);
-                 run({7, 5}, {7, 5}, {5}, "transposed cond [7,5], [7,5], [5]", true);
-               }});
+  c.push_back(
+      {"where", OpId::where, [](Device& d) {
+         auto run = [&](const Shape& sc, const Shape& sa, const Shape& sb, const std::string& what,
+                        bool transpose_cond) {
+           const Shape out = broadcast_shapes(broadcast_shapes(sc, sa), sb);
+           Mask m = random_mask(sc.numel());
+           const Vec a = randn(sa.numel()), b = randn(sb.numel());
+           Tensor tc = mask_on(d, m, sc);
+           if (transpose_cond) {  // cond stored [c, r], read through its transpose
+             tc = mask_on(d, m, {sc[1], sc[0]}).t();
+             Mask rowmajor(m.size());
+             for (std::int64_t i = 0; i < sc[0]; ++i)
+               for (std::int64_t j = 0; j < sc[1]; ++j) rowmajor[i * sc[1] + j] = m[j * sc[0] + i];
+             m = rowmajor;
+           }
+           const Tensor y = where(tc, on(d, a, sa), on(d, b, sb));
+           ASSERT_EQ(y.shape(), out) << what;
+           Ref r(static_cast<std::size_t>(out.numel()));
+           for (std::int64_t i = 0; i < out.numel(); ++i)
+             r[i] = m[source_index(out, sc, i)] ? a[source_index(out, sa, i)]
+                                                : b[source_index(out, sb, i)];
+           expect_equal(y.to_vector<float>(), r, what);
+         };
+         run({2, 1, 5}, {1, 3, 1}, {5}, "[2,1,5], [1,3,1], [5]", false);
+         run({3, 1}, {4, 3, 2}, {}, "[3,1], [4,3,2], []", false);
+         for (const std::int64_t n : kSizes)
+           run({n}, {n}, {n}, fmt::format("[{}] three times", n), false);
+         run({0, 4}, {4}, {1}, "[0,4], [4], [1]", false);
+         // Six dimensions that no two inputs walk alike: none merge.
+         run({2, 1, 2, 1, 2, 1}, {1, 3, 1, 3, 1, 3}, {2, 3, 2, 3, 2, 3}, "six dimensions", false);
+         run({7, 5}, {7, 5}, {5}, "transposed cond [7,5], [7,5], [5]", true);
+       }});
   c.push_back({"where_scalar", OpId::where, [](Device& d) {
                  const Mask m = random_mask(127);
                  const Vec a = randn(127);
