@@ -17,4 +17,7 @@ void add_base_ops(PortableOps& ops);
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 
+// attention
+void add_attention_ops(PortableOps& ops);
+
 }  // namespace tessera::common
