@@ -50,8 +50,10 @@ std::int64_t slices(std::int64_t n) {
 std::int64_t width(std::int64_t n, std::int64_t i) {
   return std::clamp<std::int64_t>(n - i * kSlice, 0, kSlice);
 }
+// Rounded up to 2, 4 or 8: each value is a pipeline or program to build, so few of them.
 std::int32_t per_invocation(std::int64_t w) {
-  return static_cast<std::int32_t>(std::max<std::int64_t>(1, (w + 15) / 16));
+  const std::int64_t n = (w + 15) / 16;
+  return n <= 2 ? 2 : n <= 4 ? 4 : 8;
 }
 
 void attention(const OpCall& call, Launcher& l) {
