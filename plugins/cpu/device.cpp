@@ -100,9 +100,11 @@ CpuDevice::CpuDevice(Threads threads) : pool_(threads.count), ctx_{pool_, blas()
   // --- element-wise math, comparisons, selection ---
 
   // --- reductions, normalisation, losses, optimizers ---
+  register_reduce(kernels_, ctx_);
+  register_norms(kernels_, ctx_);
+  register_losses(kernels_, ctx_);
 
   // --- nn: batched matmul, embedding, pooling, attention ---
-
 }
 
 }  // namespace tessera::cpu

@@ -79,9 +79,11 @@ void register_optim(KernelTable& table, Context& ctx);
 // --- element-wise math, comparisons, selection ---
 
 // --- reductions, normalisation, losses, optimizers ---
+void register_reduce(KernelTable& table, Context& ctx);  // kernels_reduce.cpp
+void register_norms(KernelTable& table, Context& ctx);   // kernels_norms.cpp
+void register_losses(KernelTable& table, Context& ctx);  // kernels_losses.cpp
 
 // --- nn: batched matmul, embedding, pooling, attention ---
-
 
 // Host pointers of a call's tensors (CPU buffers are host memory).
 template <typename T = float>

@@ -27,9 +27,10 @@ std::vector<Case> grad_cases();
 // --- element-wise math, comparisons, selection ---
 
 // --- reductions, normalisation, losses, optimizers ---
+std::vector<Case> reduce_op_cases();    // test_reduce.cpp
+std::vector<Case> reduce_grad_cases();  // test_reduce_grad.cpp
 
 // --- nn: batched matmul, embedding, pooling, attention ---
-
 
 // Fresh random inputs on every run (the seed is printed by main.cpp for reproduction).
 std::mt19937& rng();

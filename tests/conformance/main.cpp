@@ -102,6 +102,8 @@ int main(int argc, char** argv) {
     // --- element-wise math, comparisons, selection ---
 
     // --- reductions, normalisation, losses, optimizers ---
+    conformance::register_cases("Ops", d, conformance::reduce_op_cases());
+    conformance::register_cases("Grad", d, conformance::reduce_grad_cases());
 
     // --- nn: batched matmul, embedding, pooling, attention ---
 
