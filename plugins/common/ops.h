@@ -14,6 +14,7 @@ void add_base_ops(PortableOps& ops);
 // --- element-wise math, comparisons, selection ---
 
 // --- reductions, normalisation, losses, optimizers ---
+void add_reduce_ops(PortableOps& ops);  // ops_reduce.cpp
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 

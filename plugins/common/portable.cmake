@@ -11,6 +11,7 @@ set(TESSERA_PORTABLE_SOURCES
   # --- element-wise math, comparisons, selection ---
 
   # --- reductions, normalisation, losses, optimizers ---
+  ${TESSERA_PORTABLE_DIR}/ops_reduce.cpp
 
   # --- nn: batched matmul, embedding, pooling, attention ---
 )
@@ -22,6 +23,7 @@ set(TESSERA_PORTABLE_KERNELS
   # --- element-wise math, comparisons, selection ---
 
   # --- reductions, normalisation, losses, optimizers ---
+  reduce_line layer_norm batch_norm cross_entropy sum_squares adamw
 
   # --- nn: batched matmul, embedding, pooling, attention ---
 )

@@ -84,6 +84,7 @@ const PortableOps& portable_ops() {
     // --- element-wise math, comparisons, selection ---
 
     // --- reductions, normalisation, losses, optimizers ---
+    add_reduce_ops(t);
 
     // --- nn: batched matmul, embedding, pooling, attention ---
 

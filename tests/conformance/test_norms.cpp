@@ -169,9 +169,11 @@ void add_batch_norm_cases(std::vector<Case>& c) {
                        si[k] = 1 / std::sqrt(v + eps);
                        for (auto i : idx) y[i] = (x[i] - m) * si[k] * w[k] + b[k];
                      });
-                     expect_close(values(r.y), y);
+                     // One-pass f32 statistics (the GPU kernels'): a few ulp of the variance,
+                     // amplified by 1/sqrt(var) when a channel of 3 values happens to be tight.
+                     expect_close(values(r.y), y, 1e-4);
                      expect_close(values(r.save_mean), sm);
-                     expect_close(values(r.save_invstd), si);
+                     expect_close(values(r.save_invstd), si, 1e-4);
                      expect_close(values(trm), nrm);
                      expect_close(values(trv), nrv);
                    }});
