@@ -48,5 +48,12 @@ inline void require_spec(const OpCall& call, const TensorSpec& s, const Shape& w
 // --- reductions, normalisation, losses, optimizers ---
 
 // --- nn: batched matmul, embedding, pooling, attention ---
+void infer_bmm(const OpCall& call, std::span<TensorSpec> out);
+void infer_embedding(const OpCall& call, std::span<TensorSpec> out);
+void infer_embedding_backward(const OpCall& call, std::span<TensorSpec> out);
+void infer_avg_pool2d(const OpCall& call, std::span<TensorSpec> out);
+void infer_avg_pool2d_backward(const OpCall& call, std::span<TensorSpec> out);
+void infer_adaptive_avg_pool2d(const OpCall& call, std::span<TensorSpec> out);
+void infer_adaptive_avg_pool2d_backward(const OpCall& call, std::span<TensorSpec> out);
 
 }  // namespace tessera::rules

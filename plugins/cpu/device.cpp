@@ -102,7 +102,9 @@ CpuDevice::CpuDevice(Threads threads) : pool_(threads.count), ctx_{pool_, blas()
   // --- reductions, normalisation, losses, optimizers ---
 
   // --- nn: batched matmul, embedding, pooling, attention ---
-
+  register_bmm(kernels_, ctx_);
+  register_embedding(kernels_, ctx_);
+  register_avg_pool(kernels_, ctx_);
 }
 
 }  // namespace tessera::cpu

@@ -29,7 +29,8 @@ std::vector<Case> grad_cases();
 // --- reductions, normalisation, losses, optimizers ---
 
 // --- nn: batched matmul, embedding, pooling, attention ---
-
+std::vector<Case> nn_op_cases();    // test_nn.cpp
+std::vector<Case> nn_grad_cases();  // test_nn.cpp
 
 // Fresh random inputs on every run (the seed is printed by main.cpp for reproduction).
 std::mt19937& rng();

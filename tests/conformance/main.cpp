@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
     // --- reductions, normalisation, losses, optimizers ---
 
     // --- nn: batched matmul, embedding, pooling, attention ---
+    conformance::register_cases("Ops", d, conformance::nn_op_cases());
+    conformance::register_cases("Grad", d, conformance::nn_grad_cases());
 
     conformance::register_out_of_memory(d);
   }
