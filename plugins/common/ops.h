@@ -16,5 +16,6 @@ void add_base_ops(PortableOps& ops);
 // --- reductions, normalisation, losses, optimizers ---
 
 // --- nn: batched matmul, embedding, pooling, attention ---
+void add_nn_ops(PortableOps& ops);  // ops_nn.cpp
 
 }  // namespace tessera::common

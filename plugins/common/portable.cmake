@@ -13,6 +13,7 @@ set(TESSERA_PORTABLE_SOURCES
   # --- reductions, normalisation, losses, optimizers ---
 
   # --- nn: batched matmul, embedding, pooling, attention ---
+  ${TESSERA_PORTABLE_DIR}/ops_nn.cpp
 )
 set(TESSERA_PORTABLE_KERNELS
   unary
@@ -24,6 +25,7 @@ set(TESSERA_PORTABLE_KERNELS
   # --- reductions, normalisation, losses, optimizers ---
 
   # --- nn: batched matmul, embedding, pooling, attention ---
+  bmm embedding embedding_backward avg_pool conv2d conv2d_backward_weight
 )
 set(TESSERA_PORTABLE_PRELUDE
   ${TESSERA_PORTABLE_DIR}/kernels/prelude.glsl ${TESSERA_PORTABLE_DIR}/kernels/prelude.cl

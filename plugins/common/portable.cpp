@@ -86,6 +86,7 @@ const PortableOps& portable_ops() {
     // --- reductions, normalisation, losses, optimizers ---
 
     // --- nn: batched matmul, embedding, pooling, attention ---
+    add_nn_ops(t);
 
     return t;
   }();

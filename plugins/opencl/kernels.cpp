@@ -208,26 +208,6 @@ void matmul(const OpCall& call, Context& ctx) {
       .enqueue({gx, gy}, {lx, ly});
 }
 
-// conv2d and conv2d_backward_input: one work-item per output element.
-template <const char* kName>
-void conv(const OpCall& call, Context& ctx) {
-  Launch(ctx, "nn.cl", kName)
-      .tensor(call.in(0))
-      .tensor(call.in(1))
-      .tensor(call.out(0))
-      .arg(common::conv(call))
-      .run(call.out(0).numel());
-}
-
-void conv2d_backward_weight(const OpCall& call, Context& ctx) {
-  Launch(ctx, "nn.cl", "conv2d_backward_weight")
-      .tensor(call.in(0))
-      .tensor(call.in(1))
-      .tensor(call.out(0))
-      .arg(common::conv(call))
-      .run_groups(call.out(0).numel(), ctx.reduce_wg);
-}
-
 void max_pool2d(const OpCall& call, Context& ctx) {
   Launch(ctx, "nn.cl", "max_pool2d")
       .tensor(call.in(0))
@@ -284,7 +264,6 @@ void adam_update(const OpCall& call, Context& ctx) {
 // Kernel names as template arguments.
 constexpr char kAdd[] = "add", kSub[] = "sub", kMul[] = "mul", kDiv[] = "div_";
 constexpr char kMax[] = "max_lines", kArgmax[] = "argmax_lines", kSoftmax[] = "softmax_lines";
-constexpr char kConv[] = "conv2d", kConvInput[] = "conv2d_backward_input";
 
 // addmm: the GEMM, then the bias added in place over the output (two launches, as matmul and add
 // would be; a bias epilogue in the GEMM kernel is the next step).
@@ -314,9 +293,6 @@ void register_kernels(KernelTable& t, Context& ctx) {
   set(OpId::log_softmax, lines<kSoftmax>);
   set(OpId::cross_entropy, cross_entropy);
   set(OpId::cross_entropy_backward, cross_entropy_backward);
-  set(OpId::conv2d, conv<kConv>);
-  set(OpId::conv2d_backward_input, conv<kConvInput>);
-  set(OpId::conv2d_backward_weight, conv2d_backward_weight);
   set(OpId::max_pool2d, max_pool2d);
   set(OpId::max_pool2d_backward, max_pool2d_backward);
   set(OpId::copy, copy, common::four_byte_supports);

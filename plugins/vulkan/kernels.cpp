@@ -235,33 +235,6 @@ void addmm(const OpCall& call, VulkanDevice& dev) {
   binary<0>(common::bias_add_of(call), dev);
 }
 
-// kOp 0 conv2d (x, w) -> y, 1 conv2d_backward_input (gy, w) -> dx: one invocation per output.
-template <int kOp>
-void conv(const OpCall& call, VulkanDevice& dev) {
-  Dispatch(dev, "nn", {kOp})
-      .in(call.in(0))
-      .in(call.in(1))
-      .out(call.out(0))
-      .unused()
-      .offset(call.in(0))
-      .offset(call.in(1))
-      .offset(call.out(0))
-      .words(common::conv(call))
-      .run(call.out(0).numel());
-}
-
-void conv2d_backward_weight(const OpCall& call, VulkanDevice& dev) {
-  Dispatch(dev, "reduce_group", {2})
-      .in(call.in(1))
-      .out(call.out(0))
-      .in(call.in(0))
-      .offset(call.in(1))
-      .offset(call.out(0))
-      .offset(call.in(0))
-      .words(common::conv(call))
-      .groups(call.out(0).numel());
-}
-
 void max_pool2d(const OpCall& call, VulkanDevice& dev) {
   Dispatch(dev, "nn", {2})
       .in(call.in(0))
@@ -353,9 +326,6 @@ void register_kernels(KernelTable& t, VulkanDevice& dev) {
   set(OpId::max_backward, lines<5>);
   set(OpId::cross_entropy, cross_entropy);
   set(OpId::cross_entropy_backward, cross_entropy_backward);
-  set(OpId::conv2d, conv<0>);
-  set(OpId::conv2d_backward_input, conv<1>);
-  set(OpId::conv2d_backward_weight, conv2d_backward_weight);
   set(OpId::max_pool2d, max_pool2d);
   set(OpId::max_pool2d_backward, max_pool2d_backward);
   set(OpId::copy, copy, common::four_byte_supports);

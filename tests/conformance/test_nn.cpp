@@ -343,6 +343,21 @@ std::vector<Case> tessera::conformance::nn_op_cases() {
                      EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0);
                    }});
     }
+  c.push_back({"embedding_backward_long_sort", OpId::embedding_backward, [](Device& d) {
+                 // 3000 positions: a GPU's sort runs stages beyond one work-group's block.
+                 const std::int64_t v = 37, n = 3000, dim = 3;
+                 const auto idx = labels(n, static_cast<int>(v));
+                 const Vec g = randn(n * dim);
+                 Ref r(static_cast<std::size_t>(v * dim), 0.0);
+                 for (std::int64_t p = 0; p < n; ++p)
+                   for (std::int64_t k = 0; k < dim; ++k) r[idx[p] * dim + k] += g[p * dim + k];
+                 const Tensor gt = on(d, g, {n, dim});
+                 const Tensor it = index_tensor(d, idx, {n}, false);
+                 const Vec y1 = embedding_backward(gt, it, v).to_vector<float>();
+                 const Vec y2 = embedding_backward(gt, it, v).to_vector<float>();
+                 expect_close(y1, r);
+                 EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0);
+               }});
   // ----- average pooling -----
   struct PoolCfg {
     int k, s, p;

@@ -3,7 +3,6 @@
 // one value:
 //   OP 0 sum_rows:      row r of [rows, n] summed, times scale.  Push: ox, oy, n, scale
 //   OP 1 cross_entropy: mean of lse(row) - row[label], NaN on a bad label.  Push: ox, oy, ol, rows, c
-//   OP 2 conv weight gradient: one weight (o, c, ki, kj) per work-group.  Push: ox, oy, og, conv[13]
 #include "common.glsl"
 
 layout(constant_id = 1) const int OP = 0;
@@ -11,7 +10,6 @@ layout(constant_id = 1) const int OP = 0;
 layout(binding = 0) readonly buffer X { float x[]; };
 layout(binding = 1) writeonly buffer Y { float y[]; };
 layout(binding = 2) readonly buffer L { int labels[]; };
-layout(binding = 2) readonly buffer G { float gy[]; };
 
 shared float part[gl_WorkGroupSize.x];
 
@@ -38,20 +36,6 @@ void main() {
       acc += (label < 0 || label >= c) ? intBitsToFloat(0x7fc00000)
                                        : log_sum_exp(row, c) - x[row + label];
     }
-  } else {
-    // conv: n, c, h, w, o, kh, kw, ho, wo, sh, sw, ph, pw at pc.w[3..15]
-    const int N = pc.w[3], C = pc.w[4], H = pc.w[5], W = pc.w[6], O = pc.w[7];
-    const int KH = pc.w[8], KW = pc.w[9], HO = pc.w[10], WO = pc.w[11];
-    const int kj = group % KW, ki = (group / KW) % KH, c = (group / (KW * KH)) % C;
-    const int o = group / (KW * KH * C);
-    const int plane = HO * WO;
-    for (int p = t; p < N * plane; p += wg) {
-      const int b = p / plane, oh = (p % plane) / WO, ow = p % WO;
-      const int ih = oh * pc.w[12] - pc.w[14] + ki, iw = ow * pc.w[13] - pc.w[15] + kj;
-      if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-        acc += gy[pc.w[2] + (b * O + o) * plane + oh * WO + ow] *
-               x[pc.w[0] + ((b * C + c) * H + ih) * W + iw];
-    }
   }
   part[t] = acc;
   barrier();
@@ -61,7 +45,6 @@ void main() {
   }
   if (t == 0) {
     if (OP == 0) y[pc.w[1] + group] = part[0] * pf(3);
-    else if (OP == 1) y[pc.w[1]] = part[0] / float(pc.w[3]);
-    else y[pc.w[1] + group] = part[0];
+    else y[pc.w[1]] = part[0] / float(pc.w[3]);
   }
 }
