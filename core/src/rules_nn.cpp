@@ -1,4 +1,6 @@
 // Shape rules of the nn group: batched matmul, embedding, average pooling.
+#include <algorithm>
+
 #include "rules.h"
 #include "tessera/checked.h"
 

@@ -1,4 +1,6 @@
 // Average pooling (fixed windows and adaptive ones) and their backwards, one plane per task.
+#include <algorithm>
+
 #include "../common/pool.h"
 #include "kernels.h"
 

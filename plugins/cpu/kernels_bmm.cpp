@@ -1,5 +1,8 @@
 // Batched matmul: one call of the GEMM library per output matrix, matrices spread over the pool
 // (or, with fewer matrices than threads, each GEMM cut over the pool).
+#include <algorithm>
+#include <limits>
+
 #include "../common/batch.h"
 #include "kernels.h"
 
