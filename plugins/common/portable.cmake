@@ -9,6 +9,7 @@ set(TESSERA_PORTABLE_SOURCES
   # --- tensor API: casts, factories, indexing ---
 
   # --- element-wise math, comparisons, selection ---
+  ${TESSERA_PORTABLE_DIR}/ops_pointwise.cpp
 
   # --- reductions, normalisation, losses, optimizers ---
 
@@ -16,11 +17,13 @@ set(TESSERA_PORTABLE_SOURCES
   ${TESSERA_PORTABLE_DIR}/ops_nn.cpp
 )
 set(TESSERA_PORTABLE_KERNELS
-  unary
+  binary copy max_pool optim reduce sum_rows unary
 
   # --- tensor API: casts, factories, indexing ---
 
   # --- element-wise math, comparisons, selection ---
+  pointwise_unary
+  pointwise_strided
 
   # --- reductions, normalisation, losses, optimizers ---
 
