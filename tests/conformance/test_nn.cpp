@@ -422,6 +422,25 @@ std::vector<Case> tessera::conformance::nn_op_cases() {
                        refs(x, gy).second);
                  }});
   }
+  c.push_back(
+      {"avg_pool2d_errors", OpId::avg_pool2d, [](Device& d) {
+         const Tensor x = on(d, randn(2 * 3 * 5 * 5), {2, 3, 5, 5});
+         EXPECT_THROW(avg_pool2d(x, {3, 3, 1, 1, 2, 2, true}), InvalidArgument);  // pad > k/2
+         EXPECT_THROW(avg_pool2d(x, {7, 7, 1, 1, 0, 0, true}), InvalidArgument);  // k > input
+         EXPECT_THROW(avg_pool2d(x, {2, 2, 0, 1, 0, 0, true}), InvalidArgument);  // stride 0
+         EXPECT_THROW(avg_pool2d(on(d, randn(5), {5}), {}), InvalidArgument);
+         EXPECT_THROW(adaptive_avg_pool2d(x, 0, 2), InvalidArgument);
+         EXPECT_THROW(adaptive_avg_pool2d_backward(on(d, randn(6), {2, 3, 1, 1}), {2, 4, 5, 5}),
+                      InvalidArgument);
+       }});
+  c.push_back({"embedding_backward_errors", OpId::embedding_backward, [](Device& d) {
+                 const Tensor g = on(d, randn(4 * 3), {4, 3});
+                 const Tensor idx = index_tensor(d, {0, 1, 2, 3}, {4}, false);
+                 EXPECT_THROW(embedding_backward(g, idx, 5, 5), InvalidArgument);  // padding_idx
+                 EXPECT_THROW(embedding_backward(g, index_tensor(d, {0, 1}, {2}, false), 5),
+                              InvalidArgument);  // grad not [...indices, D]
+                 EXPECT_THROW(embedding_backward(g, on(d, randn(4), {4}), 5), InvalidArgument);
+               }});
   // ----- convolution with groups and dilation -----
   for (int i = 0; i < static_cast<int>(std::size(kConvs)); ++i) {
     const ConvGeom g = kConvs[i];
