@@ -45,15 +45,19 @@ void embedding(const OpCall& call, Launcher& l) {
       .run(y.numel());
 }
 
-// Sorts (index, position) pairs by a bitonic sort over P2 >= 512 slots: the first stages up to
-// 512 in shared memory in one launch; each later stage k its steps j >= 512 one launch each and
-// the rest in shared memory. Then a run of equal indices is one work-group's sum.
+// kernels/embedding_backward.tk's block: slots sorted in one work-group's shared memory.
+constexpr std::int64_t kSortBlock = 2048;
+
+// Sorts (index, position) pairs by a bitonic sort over P2 >= 2048 slots: the first stages up to
+// 2048 in shared memory in one launch; each later stage k its steps j >= 2048 one launch each and
+// the rest in shared memory (for 32768 indices, 15 launches). Then a run of equal indices is one
+// work-group's sum.
 void embedding_backward(const OpCall& call, Launcher& l) {
   const Tensor &grad = call.in(0), &indices = call.in(1), &dw = call.out(0);
   const std::int64_t n = indices.numel(), v = dw.dim(0), d = dw.dim(1);
   const std::int64_t pad = call.attr<EmbeddingAttrs>().padding_idx;
   const auto p2 = static_cast<std::int64_t>(
-      std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(n, 512))));
+      std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(n, kSortBlock))));
   const Tensor keys = Tensor::empty({p2}, DType::i32, &l.device());
   const Tensor pos = Tensor::empty({p2}, DType::i32, &l.device());
   auto step = [&](int mode, std::initializer_list<std::int64_t> words) {
@@ -65,10 +69,10 @@ void embedding_backward(const OpCall& call, Launcher& l) {
   step(3, {dw.numel()}).run(dw.numel());
   if (n == 0 || d == 0) return;
   step(0, {p2, n, v, pad}).run(p2);
-  step(2, {p2, 0, 0}).shared(1024).group(256).groups(p2 / 512);
-  for (std::int64_t k = 1024; k <= p2; k *= 2) {
-    for (std::int64_t j = k / 2; j >= 512; j /= 2) step(1, {p2, k, j}).run(p2 / 2);
-    step(2, {p2, k, 256}).shared(1024).group(256).groups(p2 / 512);
+  step(2, {p2, 0, 0}).shared(2 * kSortBlock).group(256).groups(p2 / kSortBlock);
+  for (std::int64_t k = 2 * kSortBlock; k <= p2; k *= 2) {
+    for (std::int64_t j = k / 2; j >= kSortBlock; j /= 2) step(1, {p2, k, j}).run(p2 / 2);
+    step(2, {p2, k, kSortBlock / 2}).shared(2 * kSortBlock).group(256).groups(p2 / kSortBlock);
   }
   step(4, {n, d, v}).group(d >= 256 ? 256 : 64).groups(n);
 }

@@ -344,8 +344,9 @@ std::vector<Case> tessera::conformance::nn_op_cases() {
                    }});
     }
   c.push_back({"embedding_backward_long_sort", OpId::embedding_backward, [](Device& d) {
-                 // 3000 positions: a GPU's sort runs stages beyond one work-group's block.
-                 const std::int64_t v = 37, n = 3000, dim = 3;
+                 // 5000 positions: a GPU's sort runs stages of several global steps beyond one
+                 // block.
+                 const std::int64_t v = 37, n = 5000, dim = 2;
                  const auto idx = labels(n, static_cast<int>(v));
                  const Vec g = randn(n * dim);
                  Ref r(static_cast<std::size_t>(v * dim), 0.0);
