@@ -1,6 +1,7 @@
 // Launch geometry of the nn group on the GPUs: batched matmul, embedding and its deterministic
 // backward, average pooling, and convolution with groups and dilation.
 #include <bit>
+#include <limits>
 
 #include "batch.h"
 #include "geometry.h"
@@ -109,6 +110,15 @@ void avg_pools(const OpCall& call, Launcher& l) {
       .run(y.numel());
 }
 
+// The adaptive windows are computed as i * h / ho in 32 bits.
+Support adaptive_supports(const OpCall& call) {
+  const AvgPool g = avg_pool(call);
+  constexpr std::int64_t kLimit = std::numeric_limits<std::int32_t>::max();
+  if (g.h * g.ho >= kLimit || g.w * g.wo >= kLimit)
+    return Support::no("adaptive pooling on the GPU needs h * out_h and w * out_w below 2^31");
+  return gpu_supports(call);
+}
+
 // conv2d (x, w) -> y and conv2d_backward_input (gy, w) -> dx: one invocation per output.
 template <int kMode>
 void conv(const OpCall& call, Launcher& l) {
@@ -139,8 +149,8 @@ void add_nn_ops(PortableOps& ops) {
   ops.add(OpId::embedding_backward, embedding_backward, embedding_backward_supports);
   ops.add(OpId::avg_pool2d, avg_pools);
   ops.add(OpId::avg_pool2d_backward, avg_pools);
-  ops.add(OpId::adaptive_avg_pool2d, avg_pools);
-  ops.add(OpId::adaptive_avg_pool2d_backward, avg_pools);
+  ops.add(OpId::adaptive_avg_pool2d, avg_pools, adaptive_supports);
+  ops.add(OpId::adaptive_avg_pool2d_backward, avg_pools, adaptive_supports);
   ops.add(OpId::conv2d, conv<0>);
   ops.add(OpId::conv2d_backward_input, conv<1>);
   ops.add(OpId::conv2d_backward_weight, conv2d_backward_weight);
