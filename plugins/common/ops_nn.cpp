@@ -48,11 +48,13 @@ void embedding(const OpCall& call, Launcher& l) {
 
 // kernels/embedding_backward.tk's block: slots sorted in one work-group's shared memory.
 constexpr std::int64_t kSortBlock = 2048;
+// Sorted slots per work-group when the runs are summed.
+constexpr std::int64_t kChunk = 32;
 
 // Sorts (index, position) pairs by a bitonic sort over P2 >= 2048 slots: the first stages up to
 // 2048 in shared memory in one launch; each later stage k its steps j >= 2048 one launch each and
-// the rest in shared memory (for 32768 indices, 15 launches). Then a run of equal indices is one
-// work-group's sum.
+// the rest in shared memory (for 32768 indices, 15 launches). Then chunks of kChunk sorted slots
+// sum their runs, and runs longer than a chunk add their pieces.
 void embedding_backward(const OpCall& call, Launcher& l) {
   const Tensor &grad = call.in(0), &indices = call.in(1), &dw = call.out(0);
   const std::int64_t n = indices.numel(), v = dw.dim(0), d = dw.dim(1);
@@ -61,9 +63,12 @@ void embedding_backward(const OpCall& call, Launcher& l) {
       std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(n, kSortBlock))));
   const Tensor keys = Tensor::empty({p2}, DType::i32, &l.device());
   const Tensor pos = Tensor::empty({p2}, DType::i32, &l.device());
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+  const Tensor partial =
+      Tensor::empty({2 * std::max<std::int64_t>(chunks, 1), d}, DType::f32, &l.device());
   auto step = [&](int mode, std::initializer_list<std::int64_t> words) {
     Launch launch(l, "embedding_backward", {mode, wide(indices)});
-    launch.out(keys).out(pos).in(indices).in(grad).out(dw);
+    launch.out(keys).out(pos).in(indices).in(grad).out(dw).out(partial);
     for (const std::int64_t w : words) launch.i(w);
     return launch;
   };
@@ -75,7 +80,9 @@ void embedding_backward(const OpCall& call, Launcher& l) {
     for (std::int64_t j = k / 2; j >= kSortBlock; j /= 2) step(1, {p2, k, j}).run(p2 / 2);
     step(2, {p2, k, kSortBlock / 2}).shared(2 * kSortBlock).group(256).groups(p2 / kSortBlock);
   }
-  step(4, {n, d, v}).group(d >= 256 ? 256 : 64).groups(n);
+  const std::int32_t group = d >= 256 ? 256 : 64;
+  step(4, {n, d, v, kChunk}).group(group).groups(chunks);
+  step(5, {n, d, v, kChunk}).group(group).groups(chunks);
 }
 
 // Positions and rows fit the sort's shared-memory encoding (below 2^29).

@@ -343,6 +343,17 @@ std::vector<Case> tessera::conformance::nn_op_cases() {
                      EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0);
                    }});
     }
+  c.push_back({"embedding_backward_one_run", OpId::embedding_backward, [](Device& d) {
+                 // Every position picks row 3: one run across every chunk a GPU sums in parts.
+                 const std::int64_t v = 5, n = 200, dim = 4;
+                 const Vec g = randn(n * dim);
+                 Ref r(static_cast<std::size_t>(v * dim), 0.0);
+                 for (std::int64_t p = 0; p < n; ++p)
+                   for (std::int64_t k = 0; k < dim; ++k) r[3 * dim + k] += g[p * dim + k];
+                 const Tensor it = index_tensor(
+                     d, std::vector<std::int32_t>(static_cast<std::size_t>(n), 3), {n}, true);
+                 expect_close(embedding_backward(on(d, g, {n, dim}), it, v).to_vector<float>(), r);
+               }});
   c.push_back({"embedding_backward_long_sort", OpId::embedding_backward, [](Device& d) {
                  // 5000 positions: a GPU's sort runs stages of several global steps beyond one
                  // block.
