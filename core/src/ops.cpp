@@ -76,8 +76,9 @@ void run_op(OpCall& call) {
     Tensor& out = call.outputs[static_cast<std::size_t>(i)];
     if (!out.defined()) {
       out = Tensor::empty(s.shape, s.dtype, dev);
-    } else if (!out.is_contiguous() || out.dtype() != s.dtype) {
-      throw InvalidArgument(fmt::format("{}: output {} must be a contiguous {} tensor", def.name, i,
+    } else if ((!def.strided_outputs && !out.is_contiguous()) || out.dtype() != s.dtype) {
+      throw InvalidArgument(fmt::format("{}: output {} must be a {}{} tensor", def.name, i,
+                                        def.strided_outputs ? "" : "contiguous ",
                                         dtype_name(s.dtype)));
     }
   }

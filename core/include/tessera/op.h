@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -50,6 +51,14 @@ enum class OpId : std::uint16_t {
   addmm,         // (a, b, bias [N]) -> op(a) @ op(b) + bias on every row; 2-D, MatmulAttrs
 
   // --- tensor API: casts, factories, indexing ---
+  cast,         // (x strided) -> x converted to the output's dtype (given by the caller)
+  copy_into,    // (src strided, broadcast) -> written into the output, a strided view, in place
+  arange,       // () -> out[i] = start + i * step, in place, RangeAttrs
+  rand,         // () -> uniform in [0, 1), a pure function of (seed, i), in place, RandomAttrs
+  randn,        // () -> standard normal, a pure function of (seed, i), in place, RandomAttrs
+  randint,      // () -> integers uniform in [low, high), in place, RandomAttrs
+  index_select,           // (x, index i32/i64 [K]) -> x's slices at index along axis, AxisAttrs
+  index_select_backward,  // (grad, index) -> scatter-add along axis (shape given), AxisAttrs
 
   // --- element-wise math, comparisons, selection ---
 
@@ -112,8 +121,24 @@ struct DropoutAttrs {
   std::uint64_t seed = 0;
 };
 
+// --- tensor API: casts, factories, indexing ---
+// arange: element i is start + i * step (computed in double on the CPU, in the output's own type
+// on GPUs: exact for integers, within an ulp or two for floats).
+struct RangeAttrs {
+  double start = 0;
+  double step = 1;
+};
+// rand, randn, randint: every element is a pure function of (seed, index), computed bit for bit
+// alike on every device (random_uniform and friends below). |seed| is one draw of a Generator
+// (generator.h). randint draws from [low, high).
+struct RandomAttrs {
+  std::uint64_t seed = 0;
+  std::int64_t low = 0;
+  std::int64_t high = 2;
+};
+
 using OpAttrs = std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2dAttrs, Pool2dAttrs,
-                             SgdAttrs, AdamAttrs, DropoutAttrs>;
+                             SgdAttrs, AdamAttrs, DropoutAttrs, RangeAttrs, RandomAttrs>;
 
 // The counter-based random number behind dropout_mask, written with 32-bit integer operations
 // only so that a GLSL or OpenCL kernel computes the same value: a uniform float in [0, 1) with
@@ -136,10 +161,38 @@ inline float dropout_uniform(std::uint64_t seed, std::uint32_t index) {
   return static_cast<float>(dropout_hash(index ^ dropout_key(seed)) >> 8) * (1.0f / 16777216.0f);
 }
 
+// --- tensor API: casts, factories, indexing ---
+// The streams of rand, randn and randint, built on the same hash so that a kernel with 32-bit
+// integers computes them: element |index| (< 2^32) of stream |seed| draws
+// random_bits(random_key(seed, k), index) for k = 0 (and k = 1, randn's second uniform).
+inline std::uint32_t random_key(std::uint64_t seed, std::uint32_t k) {
+  return dropout_key(seed) ^ dropout_hash(k * 0x68e31da4u + 0x1b873593u);
+}
+inline std::uint32_t random_bits(std::uint32_t key, std::uint32_t index) {
+  return dropout_hash(index ^ key);
+}
+// rand: 24 random bits in [0, 1) (exact in f32, so every device gives the same bits).
+inline float random_uniform(std::uint32_t bits) {
+  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
+}
+// randn: Box-Muller from two such uniforms, u1 in (0, 1] and u2 in [0, 1), in f32 (devices agree
+// to a few ulps: their log, sqrt and cos may round differently).
+inline float random_normal(std::uint32_t bits1, std::uint32_t bits2) {
+  const float u1 = static_cast<float>((bits1 >> 8) + 1u) * (1.0f / 16777216.0f);
+  const float u2 = random_uniform(bits2);
+  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530718f * u2);
+}
+// randint: low + floor(bits * range / 2^32), range = high - low in [1, 2^32) (Lemire's
+// multiply-shift: no modulo; the bias is below range / 2^32).
+inline std::uint32_t random_below(std::uint32_t bits, std::uint32_t range) {
+  return static_cast<std::uint32_t>((static_cast<std::uint64_t>(bits) * range) >> 32);
+}
+
 // One call of an op: the tensors and attributes a kernel sees. Inputs and outputs live on the
 // same device. Unless the op's definition says `strided_inputs`, every input is contiguous (it may
-// start at a non-zero offset). Outputs are always contiguous and already allocated; for in-place
-// ops (`inplace`) they hold the values to update.
+// start at a non-zero offset). Outputs are contiguous (unless the definition says
+// `strided_outputs`) and already allocated; for in-place ops (`inplace`) they hold the values to
+// update.
 struct OpCall {
   OpId op{};
   std::array<Tensor, kMaxOpInputs> inputs{};
@@ -177,6 +230,10 @@ struct OpDef {
   // output). For ops whose output shape the caller gives (the backward ops, in-place ops) the
   // specs arrive filled and are checked. Throws InvalidArgument naming the op and the shapes.
   void (*infer)(const OpCall& call, std::span<TensorSpec> outputs);
+  // Outputs may be strided views (copy_into writes through one): kernels then read the output's
+  // strides and write only the elements of the view; a fallback device receives the storage range
+  // the view spans and the whole range is copied back. Every other op's outputs are contiguous.
+  bool strided_outputs = false;
 };
 
 // The definition of |op|.
