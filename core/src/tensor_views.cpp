@@ -222,6 +222,33 @@ Tensor Tensor::view(const Shape& shape) const {
   return Tensor(storage_, target, *st, offset_, dtype_);
 }
 
+Tensor Tensor::view(DType dtype) const {
+  const auto from = static_cast<std::int64_t>(dtype_size(dtype_));
+  const auto to = static_cast<std::int64_t>(dtype_size(dtype));
+  if (from == to) return Tensor(storage_, shape_, strides_, offset_, dtype);
+  const int last = rank() - 1;
+  if (last < 0 || strides_[last] != 1)
+    fail("view", shape_, "a {} tensor reads as {} only with a last dimension of stride 1",
+         dtype_name(dtype_), dtype_name(dtype));
+  Shape s = shape_;
+  Strides st = strides_;
+  if (from > to) {
+    const std::int64_t r = from / to;
+    for (int d = 0; d < last; ++d) st[d] *= r;
+    s[last] *= r;
+    return Tensor(storage_, s, st, offset_ * r, dtype);
+  }
+  const std::int64_t r = to / from;
+  bool ok = s[last] % r == 0 && offset_ % r == 0;
+  for (int d = 0; d < last; ++d) ok = ok && st[d] % r == 0;
+  if (!ok)
+    fail("view", shape_, "strides {} and offset {} of {} do not divide into {} elements",
+         strides_.str(), offset_, dtype_name(dtype_), dtype_name(dtype));
+  for (int d = 0; d < last; ++d) st[d] /= r;
+  s[last] /= r;
+  return Tensor(storage_, s, st, offset_ / r, dtype);
+}
+
 Tensor Tensor::reshape(const Shape& shape) const {
   const Shape target = infer_shape("reshape", shape_, shape, numel());
   if (const auto st = view_strides(shape_, strides_, target))

@@ -10,6 +10,7 @@ namespace tessera::common {
 void add_base_ops(PortableOps& ops);
 
 // --- tensor API: casts, factories, indexing ---
+void add_tensor_ops(PortableOps& ops);
 
 // --- element-wise math, comparisons, selection ---
 

@@ -7,6 +7,7 @@ set(TESSERA_PORTABLE_SOURCES
   ${TESSERA_PORTABLE_DIR}/ops_base.cpp
 
   # --- tensor API: casts, factories, indexing ---
+  ${TESSERA_PORTABLE_DIR}/ops_tensor.cpp
 
   # --- element-wise math, comparisons, selection ---
 
@@ -18,6 +19,12 @@ set(TESSERA_PORTABLE_KERNELS
   unary
 
   # --- tensor API: casts, factories, indexing ---
+  tensor_arange
+  tensor_cast
+  tensor_copy
+  tensor_index_backward
+  tensor_index_select
+  tensor_random
 
   # --- element-wise math, comparisons, selection ---
 

@@ -130,6 +130,10 @@ class Tensor {
   // Another shape of the same elements, always a view (torch's view): throws InvalidArgument when
   // the strides do not allow it (call reshape, or contiguous() first). One extent may be -1.
   Tensor view(const Shape& shape) const;
+  // The same bytes read as |dtype| (torch's x.view(dtype)): same-size dtypes keep shape and
+  // strides; otherwise the last dimension (stride 1) is scaled by the size ratio (an i64 [N, 1]
+  // is an i32 [N, 2]). Throws InvalidArgument when the layout does not divide.
+  Tensor view(DType dtype) const;
   // A view when the strides allow it (as view), otherwise a contiguous copy. One extent may be -1.
   Tensor reshape(const Shape& shape) const;
   // Views of consecutive pieces of |size| elements along |dim| (the last may be smaller);
