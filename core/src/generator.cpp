@@ -13,24 +13,24 @@ std::uint64_t mix64(std::uint64_t x) {
 
 }  // namespace
 
-void Generator::manual_seed(std::uint64_t seed) {
+void TensorGenerator::manual_seed(std::uint64_t seed) {
   std::lock_guard lock(mu_);
   seed_ = seed;
   draws_ = 0;
 }
 
-std::uint64_t Generator::initial_seed() const {
+std::uint64_t TensorGenerator::initial_seed() const {
   std::lock_guard lock(mu_);
   return seed_;
 }
 
-std::uint64_t Generator::next_stream() {
+std::uint64_t TensorGenerator::next_stream() {
   std::lock_guard lock(mu_);
   return mix64(seed_ ^ mix64(draws_++));
 }
 
-Generator& default_generator() {
-  static Generator g;
+TensorGenerator& default_generator() {
+  static TensorGenerator g;
   return g;
 }
 

@@ -42,7 +42,7 @@ int wrap(const char* call, int dim, int count, const Shape& shape) {
   return dim < 0 ? dim + count : dim;
 }
 
-Tensor random_op(OpId op, const Shape& shape, DType dtype, RandomAttrs attrs, Generator* gen,
+Tensor random_op(OpId op, const Shape& shape, DType dtype, RandomAttrs attrs, TensorGenerator* gen,
                  Device* device) {
   Tensor out = Tensor::empty(shape, dtype, device);
   attrs.seed = (gen ? *gen : default_generator()).next_stream();
@@ -98,9 +98,9 @@ Tensor cat(const std::vector<Tensor>& tensors, int dim) {
     bool ok = t->rank() == first.rank();
     for (int k = 0; ok && k < first.rank(); ++k) ok = k == d || t->dim(k) == first.dim(k);
     if (!ok)
-      throw InvalidArgument(fmt::format(
-          "cat: tensors {} and {} must have the same shape except in dimension {}",
-          first.shape().str(), t->shape().str(), d));
+      throw InvalidArgument(
+          fmt::format("cat: tensors {} and {} must have the same shape except in dimension {}",
+                      first.shape().str(), t->shape().str(), d));
     if (t->dtype() != first.dtype())
       throw InvalidArgument(fmt::format("cat: tensors must have one dtype, got {} and {}",
                                         dtype_name(first.dtype()), dtype_name(t->dtype())));
@@ -193,16 +193,16 @@ Tensor full(const Shape& shape, double value, DType dtype, Device* device) {
   return Tensor::full(shape, value, dtype, device);
 }
 
-Tensor rand(const Shape& shape, Generator* generator, Device* device) {
+Tensor rand(const Shape& shape, TensorGenerator* generator, Device* device) {
   return random_op(OpId::rand, shape, DType::f32, {}, generator, device);
 }
 
-Tensor randn(const Shape& shape, Generator* generator, Device* device) {
+Tensor randn(const Shape& shape, TensorGenerator* generator, Device* device) {
   return random_op(OpId::randn, shape, DType::f32, {}, generator, device);
 }
 
 Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dtype,
-               Generator* generator, Device* device) {
+               TensorGenerator* generator, Device* device) {
   // Checked before a draw is taken, so a bad call leaves the generator where it was.
   if (!(low < high) ||
       static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(low) > 0xffffffffu)

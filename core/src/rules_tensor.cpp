@@ -69,14 +69,13 @@ void infer_random(const OpCall& call, std::span<TensorSpec> out) {
     const auto& at = call.attr<RandomAttrs>();
     require(t == DType::i32 || t == DType::i64 || t == DType::f32, call,
             "randint makes i32, i64 or f32, not {}", dtype_name(t));
-    require(at.low < at.high &&
-                static_cast<std::uint64_t>(at.high) - static_cast<std::uint64_t>(at.low) <=
-                    0xffffffffu,
-            call,
-            "needs low < high with high - low < 2^32, got low {} and high {}", at.low, at.high);
+    require(
+        at.low < at.high &&
+            static_cast<std::uint64_t>(at.high) - static_cast<std::uint64_t>(at.low) <= 0xffffffffu,
+        call, "needs low < high with high - low < 2^32, got low {} and high {}", at.low, at.high);
     if (t == DType::i32)
-      require(at.low >= INT32_MIN && at.high - 1 <= INT32_MAX, call,
-              "[{}, {}) does not fit in i32", at.low, at.high);
+      require(at.low >= INT32_MIN && at.high - 1 <= INT32_MAX, call, "[{}, {}) does not fit in i32",
+              at.low, at.high);
   } else {
     require(t == DType::f32, call, "{} makes f32, not {}", op_name(call.op), dtype_name(t));
   }

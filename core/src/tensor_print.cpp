@@ -98,7 +98,7 @@ class Formatter {
         mode_ = hi > 1e8 ? Mode::sci : Mode::whole;
       else
         mode_ = std::isfinite(lo) && (hi / lo > 1000 || hi > 1e8 || lo < 1e-4) ? Mode::sci
-                                                                              : Mode::fixed;
+                                                                               : Mode::fixed;
     }
     for (double v : values) width_ = std::max(width_, raw(v).size());
   }
@@ -152,10 +152,10 @@ class Printer {
     }
     if (d < rank - 1)
       return "[" +
-             fmt::format("{}", fmt::join(parts, "," + std::string(static_cast<std::size_t>(
-                                                                       rank - d - 1),
-                                                                   '\n') +
-                                                    std::string(indent + 1, ' '))) +
+             fmt::format(
+                 "{}",
+                 fmt::join(parts, "," + std::string(static_cast<std::size_t>(rank - d - 1), '\n') +
+                                      std::string(indent + 1, ' '))) +
              "]";
     // A vector: as many elements per line as fit in the line width.
     const std::size_t per_line =
@@ -190,9 +190,9 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     if (t.numel() > kThreshold)
       for (int d = 0; d < t.rank(); ++d)
         if (t.dim(d) > 2 * kEdgeItems)
-          shown = cat({shown.narrow(d, 0, kEdgeItems),
-                       shown.narrow(d, t.dim(d) - kEdgeItems, kEdgeItems)},
-                      d);
+          shown = cat(
+              {shown.narrow(d, 0, kEdgeItems), shown.narrow(d, t.dim(d) - kEdgeItems, kEdgeItems)},
+              d);
     const std::vector<double> v = host_values(shown);
     const Formatter f(t.dtype(), v);
     if (t.rank() == 0) {

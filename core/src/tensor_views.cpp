@@ -267,7 +267,8 @@ std::vector<Tensor> Tensor::split(std::int64_t size, int dim) const {
     parts.push_back(*this);
     return parts;
   }
-  for (std::int64_t at = 0; at < n; at += size) parts.push_back(narrow(d, at, std::min(size, n - at)));
+  for (std::int64_t at = 0; at < n; at += size)
+    parts.push_back(narrow(d, at, std::min(size, n - at)));
   return parts;
 }
 

@@ -76,8 +76,8 @@ Geometry geometry(const Shape& shape, const Tensor* views, int count) {
 Support copy_into_supports(const OpCall& call) {
   const std::size_t size = dtype_size(call.out(0).dtype());
   if (size != 1 && size != 4 && size != 8)
-    return Support::no(fmt::format("copy_into of {} is not implemented on GPUs",
-                                   dtype_name(call.out(0).dtype())));
+    return Support::no(
+        fmt::format("copy_into of {} is not implemented on GPUs", dtype_name(call.out(0).dtype())));
   return sizes(call);
 }
 
@@ -177,8 +177,8 @@ template <int kOp>
 void random(const OpCall& call, Launcher& l) {
   const Tensor& y = call.out(0);
   const auto& a = call.attr<RandomAttrs>();
-  const std::uint32_t range =
-      static_cast<std::uint32_t>(static_cast<std::uint64_t>(a.high) - static_cast<std::uint64_t>(a.low));
+  const std::uint32_t range = static_cast<std::uint32_t>(static_cast<std::uint64_t>(a.high) -
+                                                         static_cast<std::uint64_t>(a.low));
   Launch(l, "tensor_random", {kOp, kind(y.dtype())})
       .out(y)
       .i(y.numel())

@@ -80,13 +80,14 @@ void cast_kernel(const OpCall& call, Context& ctx) {
     visit_dtype(y.dtype(), [&]<typename D>(D) {
       const auto* src = x.host_data<Stored<S>>();
       auto* dst = y.host_data<Stored<D>>();
-      for_rows(ctx, x, y, [&](std::int64_t so, std::int64_t dof, std::int64_t inner,
-                              std::int64_t ss, std::int64_t ds) {
-        for (std::int64_t i = 0; i < inner; ++i) {
-          const S v = static_cast<S>(src[so + i * ss]);
-          dst[dof + i * ds] = static_cast<Stored<D>>(convert<D>(v));
-        }
-      });
+      for_rows(ctx, x, y,
+               [&](std::int64_t so, std::int64_t dof, std::int64_t inner, std::int64_t ss,
+                   std::int64_t ds) {
+                 for (std::int64_t i = 0; i < inner; ++i) {
+                   const S v = static_cast<S>(src[so + i * ss]);
+                   dst[dof + i * ds] = static_cast<Stored<D>>(convert<D>(v));
+                 }
+               });
     });
   });
 }
@@ -96,11 +97,11 @@ void copy_into_typed(const OpCall& call, Context& ctx) {
   const Tensor &x = call.in(0), &y = call.out(0);
   const T* src = x.host_data<T>();
   T* dst = y.host_data<T>();
-  for_rows(ctx, x, y,
-           [&](std::int64_t so, std::int64_t dof, std::int64_t inner, std::int64_t ss,
-               std::int64_t ds) {
-             for (std::int64_t i = 0; i < inner; ++i) dst[dof + i * ds] = src[so + i * ss];
-           });
+  for_rows(
+      ctx, x, y,
+      [&](std::int64_t so, std::int64_t dof, std::int64_t inner, std::int64_t ss, std::int64_t ds) {
+        for (std::int64_t i = 0; i < inner; ++i) dst[dof + i * ds] = src[so + i * ss];
+      });
 }
 
 void copy_into_kernel(const OpCall& call, Context& ctx) {

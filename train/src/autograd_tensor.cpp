@@ -21,9 +21,8 @@ Tensor into_view(const Shape& shape, const Tensor& g, F view_of) {
 // A differentiable view |f| of x: its gradient writes g into the same view of zeros.
 template <typename F>
 Variable view_op(const Variable& x, F f) {
-  return make_result(f(x.value()), {x}, [s = x.shape(), f](const Tensor& g) -> Grads {
-    return {into_view(s, g, f)};
-  });
+  return make_result(f(x.value()), {x},
+                     [s = x.shape(), f](const Tensor& g) -> Grads { return {into_view(s, g, f)}; });
 }
 
 // Gradients that only change the shape back (unsqueeze, squeeze, flatten).

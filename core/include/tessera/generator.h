@@ -1,8 +1,9 @@
-// Generator: the seeded source of rand, randn and randint, as torch.Generator and
-// torch.manual_seed. Every draw takes the next 64-bit stream seed, a pure function of the seed and
-// the number of draws so far; the op then computes each element from (stream seed, element index)
-// alone (op.h: random_bits), so every device gives the same numbers for the same seed, and two
-// consecutive draws differ.
+// TensorGenerator: the seeded source of rand, randn and randint, as torch.Generator and
+// torch.manual_seed. (Named apart from train::Generator, the host-side generator of
+// initialisation and shuffling, so that code using both namespaces stays unambiguous.) Every draw
+// takes the next 64-bit stream seed, a pure function of the seed and the number of draws so far;
+// the op then computes each element from (stream seed, element index) alone (op.h: random_bits), so
+// every device gives the same numbers for the same seed, and two consecutive draws differ.
 #pragma once
 
 #include <cstdint>
@@ -12,14 +13,14 @@ namespace tessera {
 
 // Thread-safe. Not copyable (two copies would repeat each other's draws); make a new one with the
 // same seed to repeat a sequence.
-class Generator {
+class TensorGenerator {
  public:
   // torch's default seed (67280421310721), so that an unseeded program is still reproducible.
   static constexpr std::uint64_t kDefaultSeed = 67280421310721ull;
 
-  explicit Generator(std::uint64_t seed = kDefaultSeed) : seed_(seed) {}
-  Generator(const Generator&) = delete;
-  Generator& operator=(const Generator&) = delete;
+  explicit TensorGenerator(std::uint64_t seed = kDefaultSeed) : seed_(seed) {}
+  TensorGenerator(const TensorGenerator&) = delete;
+  TensorGenerator& operator=(const TensorGenerator&) = delete;
 
   // Restarts the sequence of draws from |seed| (torch.Generator.manual_seed).
   void manual_seed(std::uint64_t seed);
@@ -35,7 +36,7 @@ class Generator {
 };
 
 // The generator used when a factory gets none (torch.default_generator).
-Generator& default_generator();
+TensorGenerator& default_generator();
 // Seeds the default generator (torch.manual_seed).
 void manual_seed(std::uint64_t seed);
 

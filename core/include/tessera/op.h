@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -51,13 +52,13 @@ enum class OpId : std::uint16_t {
   addmm,         // (a, b, bias [N]) -> op(a) @ op(b) + bias on every row; 2-D, MatmulAttrs
 
   // --- tensor API: casts, factories, indexing ---
-  cast,         // (x strided) -> x converted to the output's dtype (given by the caller)
-  copy_into,    // (src strided, broadcast) -> written into the output, a strided view, in place
-  arange,       // () -> out[i] = start + i * step, in place, RangeAttrs
-  rand,         // () -> uniform in [0, 1), a pure function of (seed, i), in place, RandomAttrs
-  randn,        // () -> standard normal, a pure function of (seed, i), in place, RandomAttrs
-  randint,      // () -> integers uniform in [low, high), in place, RandomAttrs
-  index_select,           // (x, index i32/i64 [K]) -> x's slices at index along axis, AxisAttrs
+  cast,          // (x strided) -> x converted to the output's dtype (given by the caller)
+  copy_into,     // (src strided, broadcast) -> written into the output, a strided view, in place
+  arange,        // () -> out[i] = start + i * step, in place, RangeAttrs
+  rand,          // () -> uniform in [0, 1), a pure function of (seed, i), in place, RandomAttrs
+  randn,         // () -> standard normal, a pure function of (seed, i), in place, RandomAttrs
+  randint,       // () -> integers uniform in [low, high), in place, RandomAttrs
+  index_select,  // (x, index i32/i64 [K]) -> x's slices at index along axis, AxisAttrs
   index_select_backward,  // (grad, index) -> scatter-add along axis (shape given), AxisAttrs
 
   // --- element-wise math, comparisons, selection ---
@@ -129,7 +130,7 @@ struct RangeAttrs {
   double step = 1;
 };
 // rand, randn, randint: every element is a pure function of (seed, index), computed bit for bit
-// alike on every device (random_uniform and friends below). |seed| is one draw of a Generator
+// alike on every device (random_uniform and friends below). |seed| is one draw of a TensorGenerator
 // (generator.h). randint draws from [low, high).
 struct RandomAttrs {
   std::uint64_t seed = 0;
@@ -175,12 +176,53 @@ inline std::uint32_t random_bits(std::uint32_t key, std::uint32_t index) {
 inline float random_uniform(std::uint32_t bits) {
   return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
 }
-// randn: Box-Muller from two such uniforms, u1 in (0, 1] and u2 in [0, 1), in f32 (devices agree
-// to a few ulps: their log, sqrt and cos may round differently).
+// randn's log and cos, written with +, -, *, / and bit operations (kernels/tensor_random.tk has
+// the same text): a GPU's own log and cos may be 2^-21 and 2^-11 off in absolute terms (Vulkan's
+// precision rules), which Box-Muller would turn into visible differences between devices.
+// random_log: ln x for a normal float x > 0, to a few ulps.
+inline float random_log(float x) {
+  std::uint32_t b = 0;
+  std::memcpy(&b, &x, sizeof b);
+  int e = static_cast<int>((b >> 23) & 255u) - 127;
+  const std::uint32_t mb = (b & 8388607u) | 1065353216u;
+  float m = 0;
+  std::memcpy(&m, &mb, sizeof m);
+  if (m > 1.41421356f) {
+    m = m * 0.5f;
+    e = e + 1;
+  }
+  const float s = (m - 1.0f) / (m + 1.0f);
+  const float z = s * s;
+  return static_cast<float>(e) * 0.693147181f +
+         s * (2.0f + z * (0.666666667f + z * (0.4f + z * (0.285714286f + z * 0.222222222f))));
+}
+// random_cos2pi: cos(2 pi u) for u in [0, 1), by quadrant and Taylor polynomials on [0, pi/4].
+inline float random_cos2pi(float u) {
+  const float r = u * 4.0f;
+  const float q = std::floor(r);
+  const float f = r - q;
+  const bool flip = f > 0.5f;
+  const float h = flip ? 1.0f - f : f;
+  const float a = h * 1.57079633f;
+  const float z = a * a;
+  const float s =
+      a * (1.0f + z * (-0.166666667f +
+                       z * (0.00833333333f + z * (-0.000198412698f + z * 2.75573192e-6f))));
+  const float c =
+      1.0f + z * (-0.5f + z * (0.0416666667f +
+                               z * (-0.00138888889f + z * (2.48015873e-5f + z * -2.75573192e-7f))));
+  const float cs = flip ? s : c;  // cos(f pi / 2)
+  const float sn = flip ? c : s;  // sin(f pi / 2)
+  const int quadrant = static_cast<int>(q);
+  return quadrant == 0 ? cs : quadrant == 1 ? -sn : quadrant == 2 ? -cs : sn;
+}
+// randn: Box-Muller from two such uniforms, u1 in (0, 1] and u2 in [0, 1), in f32. Devices agree
+// to a few ulps (a GPU compiler may fuse a multiply and an add, and its sqrt and division may
+// round differently).
 inline float random_normal(std::uint32_t bits1, std::uint32_t bits2) {
   const float u1 = static_cast<float>((bits1 >> 8) + 1u) * (1.0f / 16777216.0f);
   const float u2 = random_uniform(bits2);
-  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530718f * u2);
+  return std::sqrt(-2.0f * random_log(u1)) * random_cos2pi(u2);
 }
 // randint: low + floor(bits * range / 2^32), range = high - low in [1, 2^32) (Lemire's
 // multiply-shift: no modulo; the bias is below range / 2^32).

@@ -104,12 +104,12 @@ Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device* 
 // Random f32 tensors from |generator| (the default generator when null), the same numbers on
 // every device for the same seed (op.h: random_uniform, random_normal). Each call advances the
 // generator. At most 2^32 elements.
-Tensor rand(const Shape& shape, Generator* generator = nullptr, Device* device = nullptr);
-Tensor randn(const Shape& shape, Generator* generator = nullptr, Device* device = nullptr);
+Tensor rand(const Shape& shape, TensorGenerator* generator = nullptr, Device* device = nullptr);
+Tensor randn(const Shape& shape, TensorGenerator* generator = nullptr, Device* device = nullptr);
 // Integers uniform in [low, high) (torch.randint(low, high, size)), i64 by default (i32 and f32
 // too); high - low below 2^32.
 Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dtype = DType::i64,
-               Generator* generator = nullptr, Device* device = nullptr);
+               TensorGenerator* generator = nullptr, Device* device = nullptr);
 
 // --- element-wise math, comparisons, selection ---
 

@@ -3,9 +3,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <initializer_list>
 #include <iosfwd>
+#include <memory>
 #include <span>
 #include <type_traits>
 #include <vector>
