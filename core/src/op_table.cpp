@@ -266,10 +266,38 @@ constexpr OpDef kOps[] = {
      infer_index_select_backward},
 
     // --- element-wise math, comparisons, selection ---
+    {OpId::neg, "neg", 1, 1, false, false, true, infer_numeric_unary},
+    {OpId::abs, "abs", 1, 1, false, false, true, infer_numeric_unary},
+    {OpId::sign, "sign", 1, 1, false, false, false, infer_numeric_unary},
+    {OpId::sqrt, "sqrt", 1, 1, false, false, true, infer_float_unary},
+    {OpId::rsqrt, "rsqrt", 1, 1, false, false, true, infer_float_unary},
+    {OpId::pow, "pow", 1, 1, false, false, true, infer_float_unary},
+    {OpId::clamp, "clamp", 1, 1, false, false, true, infer_numeric_unary},
+    {OpId::gelu, "gelu", 1, 1, false, false, true, infer_gelu},
+    {OpId::gelu_backward, "gelu_backward", 2, 1, false, false, false, infer_gelu_backward},
+    {OpId::silu, "silu", 1, 1, false, false, true, infer_float_unary},
+    {OpId::silu_backward, "silu_backward", 2, 1, false, false, false, infer_pointwise_backward},
+    {OpId::erf, "erf", 1, 1, false, false, true, infer_float_unary},
+    {OpId::minimum, "minimum", 2, 1, true, false, true, infer_min_max},
+    {OpId::maximum, "maximum", 2, 1, true, false, true, infer_min_max},
+    {OpId::eq, "eq", 2, 1, true, false, false, infer_compare},
+    {OpId::ne, "ne", 2, 1, true, false, false, infer_compare},
+    {OpId::lt, "lt", 2, 1, true, false, false, infer_compare},
+    {OpId::le, "le", 2, 1, true, false, false, infer_compare},
+    {OpId::gt, "gt", 2, 1, true, false, false, infer_compare},
+    {OpId::ge, "ge", 2, 1, true, false, false, infer_compare},
+    {OpId::where, "where", 3, 1, true, false, true, infer_where},
+    {OpId::masked_fill, "masked_fill", 2, 1, true, false, true, infer_masked_fill},
 
     // --- reductions, normalisation, losses, optimizers ---
 
     // --- nn: batched matmul, embedding, pooling, attention ---
+
+    // attention
+    {OpId::scaled_dot_product_attention, "scaled_dot_product_attention", 3, 2, false, false, true,
+     infer_attention},
+    {OpId::scaled_dot_product_attention_backward, "scaled_dot_product_attention_backward", 6, 3,
+     false, false, false, infer_attention_backward},
 
 };
 static_assert(std::size(kOps) == kNumOps, "one OpDef per OpId");

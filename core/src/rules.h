@@ -50,9 +50,33 @@ void infer_index_select(const OpCall& call, std::span<TensorSpec> out);
 void infer_index_select_backward(const OpCall& call, std::span<TensorSpec> out);
 
 // --- element-wise math, comparisons, selection ---
+// (rules_pointwise.cpp) Unary ops keep the shape and dtype of x: numeric (any dtype but bool) or
+// floating point (f32, f64, f16, bf16).
+void infer_numeric_unary(const OpCall& call, std::span<TensorSpec> out);
+void infer_float_unary(const OpCall& call, std::span<TensorSpec> out);
+void infer_gelu(const OpCall& call, std::span<TensorSpec> out);
+// (grad, x) of one shape and floating dtype -> that shape.
+void infer_pointwise_backward(const OpCall& call, std::span<TensorSpec> out);
+void infer_gelu_backward(const OpCall& call, std::span<TensorSpec> out);
+// (a, b) of one numeric dtype, broadcast: minimum/maximum keep the dtype, comparisons give bool.
+void infer_min_max(const OpCall& call, std::span<TensorSpec> out);
+void infer_compare(const OpCall& call, std::span<TensorSpec> out);
+// (cond bool, a, b) broadcast together; a and b of one dtype.
+void infer_where(const OpCall& call, std::span<TensorSpec> out);
+// (x, mask bool) broadcast together (torch.masked_fill broadcasts both).
+void infer_masked_fill(const OpCall& call, std::span<TensorSpec> out);
 
 // --- reductions, normalisation, losses, optimizers ---
 
 // --- nn: batched matmul, embedding, pooling, attention ---
+
+// attention
+// scaled_dot_product_attention: q [...,L,E], k [...,S,E], v [...,S,Ev] (rank >= 2, the same
+// leading dims, f32) -> out [...,L,Ev], lse [...,L]; dropout_p in [0, 1), and with dropout the
+// [...,L,S] probabilities within the 2^32 indices of dropout_uniform.
+void infer_attention(const OpCall& call, std::span<TensorSpec> out);
+// scaled_dot_product_attention_backward: (grad_out, q, k, v, out, lse) -> (grad_q, grad_k,
+// grad_v) of q's, k's and v's shapes; grad_out and out [...,L,Ev], lse [...,L].
+void infer_attention_backward(const OpCall& call, std::span<TensorSpec> out);
 
 }  // namespace tessera::rules

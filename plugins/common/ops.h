@@ -9,13 +9,22 @@ namespace tessera::common {
 // The first ops, moved here from the plugins' own kernels.
 void add_base_ops(PortableOps& ops);
 
+// The bias step of an addmm call whose GEMM a plugin has just launched: output += bias on every
+// row, in place, with the portable add kernel.
+void bias_add(const OpCall& addmm, Launcher& l);
+
 // --- tensor API: casts, factories, indexing ---
 void add_tensor_ops(PortableOps& ops);
 
 // --- element-wise math, comparisons, selection ---
+// Element-wise math, comparisons, where and masked_fill (ops_pointwise.cpp).
+void add_pointwise_ops(PortableOps& ops);
 
 // --- reductions, normalisation, losses, optimizers ---
 
 // --- nn: batched matmul, embedding, pooling, attention ---
+
+// attention
+void add_attention_ops(PortableOps& ops);
 
 }  // namespace tessera::common

@@ -10,13 +10,16 @@ set(TESSERA_PORTABLE_SOURCES
   ${TESSERA_PORTABLE_DIR}/ops_tensor.cpp
 
   # --- element-wise math, comparisons, selection ---
+  ${TESSERA_PORTABLE_DIR}/ops_pointwise.cpp
 
   # --- reductions, normalisation, losses, optimizers ---
 
   # --- nn: batched matmul, embedding, pooling, attention ---
+  # attention
+  ${TESSERA_PORTABLE_DIR}/ops_attention.cpp
 )
 set(TESSERA_PORTABLE_KERNELS
-  unary
+  binary copy max_pool optim reduce sum_rows unary
 
   # --- tensor API: casts, factories, indexing ---
   tensor_arange
@@ -27,10 +30,17 @@ set(TESSERA_PORTABLE_KERNELS
   tensor_random
 
   # --- element-wise math, comparisons, selection ---
+  pointwise_unary
+  pointwise_strided
 
   # --- reductions, normalisation, losses, optimizers ---
 
   # --- nn: batched matmul, embedding, pooling, attention ---
+  # attention
+  attention_fwd
+  attention_delta
+  attention_bwd_kv
+  attention_bwd_q
 )
 set(TESSERA_PORTABLE_PRELUDE
   ${TESSERA_PORTABLE_DIR}/kernels/prelude.glsl ${TESSERA_PORTABLE_DIR}/kernels/prelude.cl

@@ -83,10 +83,14 @@ const PortableOps& portable_ops() {
     add_tensor_ops(t);
 
     // --- element-wise math, comparisons, selection ---
+    add_pointwise_ops(t);
 
     // --- reductions, normalisation, losses, optimizers ---
 
     // --- nn: batched matmul, embedding, pooling, attention ---
+
+    // attention
+    add_attention_ops(t);
 
     return t;
   }();

@@ -99,11 +99,14 @@ CpuDevice::CpuDevice(Threads threads) : pool_(threads.count), ctx_{pool_, blas()
   register_tensor(kernels_, ctx_);
 
   // --- element-wise math, comparisons, selection ---
+  register_pointwise(kernels_, ctx_);
 
   // --- reductions, normalisation, losses, optimizers ---
 
   // --- nn: batched matmul, embedding, pooling, attention ---
 
+  // attention
+  register_attention(kernels_, ctx_);
 }
 
 }  // namespace tessera::cpu

@@ -78,11 +78,14 @@ void register_optim(KernelTable& table, Context& ctx);
 void register_tensor(KernelTable& table, Context& ctx);
 
 // --- element-wise math, comparisons, selection ---
+void register_pointwise(KernelTable& table, Context& ctx);
 
 // --- reductions, normalisation, losses, optimizers ---
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 
+// attention
+void register_attention(KernelTable& table, Context& ctx);
 
 // Host pointers of a call's tensors (CPU buffers are host memory).
 template <typename T = float>

@@ -27,11 +27,17 @@ std::vector<Case> tensor_cases();       // test_tensor.cpp
 std::vector<Case> tensor_grad_cases();  // test_tensor_grad.cpp
 
 // --- element-wise math, comparisons, selection ---
+// test_pointwise.cpp (values) and test_grad_pointwise.cpp (gradients).
+std::vector<Case> pointwise_cases();
+std::vector<Case> pointwise_grad_cases();
 
 // --- reductions, normalisation, losses, optimizers ---
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 
+// attention
+std::vector<Case> attention_op_cases();
+std::vector<Case> attention_grad_cases();
 
 // Fresh random inputs on every run (the seed is printed by main.cpp for reproduction).
 std::mt19937& rng();

@@ -102,10 +102,16 @@ int main(int argc, char** argv) {
     conformance::register_cases("TensorGrad", d, conformance::tensor_grad_cases());
 
     // --- element-wise math, comparisons, selection ---
+    conformance::register_cases("Ops", d, conformance::pointwise_cases());
+    conformance::register_cases("Grad", d, conformance::pointwise_grad_cases());
 
     // --- reductions, normalisation, losses, optimizers ---
 
     // --- nn: batched matmul, embedding, pooling, attention ---
+
+    // attention
+    conformance::register_cases("Ops", d, conformance::attention_op_cases());
+    conformance::register_cases("Grad", d, conformance::attention_grad_cases());
 
     conformance::register_out_of_memory(d);
   }

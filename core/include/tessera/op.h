@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -62,10 +64,38 @@ enum class OpId : std::uint16_t {
   index_select_backward,  // (grad, index) -> scatter-add along axis (shape given), AxisAttrs
 
   // --- element-wise math, comparisons, selection ---
+  neg,            // (x) -> -x
+  abs,            // (x) -> |x|
+  sign,           // (x) -> -1, 0 or 1 (0 for NaN, as torch 1.13)
+  sqrt,           // (x) -> sqrt x
+  rsqrt,          // (x) -> 1 / sqrt x
+  pow,            // (x) -> x^p for a scalar exponent p, ScalarAttrs (torch.pow(Tensor, Scalar))
+  clamp,          // (x) -> min(max(x, lo), hi), ClampAttrs
+  gelu,           // (x) -> x * Phi(x), GeluAttrs (erf or tanh form)
+  gelu_backward,  // (grad, x) -> grad * d gelu / dx, GeluAttrs
+  silu,           // (x) -> x * sigmoid(x)
+  silu_backward,  // (grad, x) -> grad * d silu / dx
+  erf,            // (x) -> erf x
+  minimum,        // (a, b) -> element-wise min, NaN if either is NaN; broadcast (strided inputs)
+  maximum,        // (a, b) -> element-wise max, NaN if either is NaN; broadcast (strided inputs)
+  eq,             // (a, b) -> bool mask a == b, broadcast (strided inputs)
+  ne,             // (a, b) -> bool mask a != b, broadcast (strided inputs)
+  lt,             // (a, b) -> bool mask a < b, broadcast (strided inputs)
+  le,             // (a, b) -> bool mask a <= b, broadcast (strided inputs)
+  gt,             // (a, b) -> bool mask a > b, broadcast (strided inputs)
+  ge,             // (a, b) -> bool mask a >= b, broadcast (strided inputs)
+  where,          // (cond bool, a, b) -> cond ? a : b, all three broadcast (strided inputs)
+  masked_fill,    // (x, mask bool) -> mask ? value : x, broadcast (strided inputs), ScalarAttrs
 
   // --- reductions, normalisation, losses, optimizers ---
 
   // --- nn: batched matmul, embedding, pooling, attention ---
+
+  // attention
+  // (q [...,L,E], k [...,S,E], v [...,S,Ev]) -> (out [...,L,Ev], lse [...,L]), AttentionAttrs
+  scaled_dot_product_attention,
+  // (grad_out, q, k, v, out, lse) -> (grad_q, grad_k, grad_v), AttentionAttrs
+  scaled_dot_product_attention_backward,
 
   num_ops_  // not an op: the number of ops
 };
@@ -138,8 +168,37 @@ struct RandomAttrs {
   std::int64_t high = 2;
 };
 
+// clamp: min(max(x, min), max), as torch.clamp (an absent bound is infinite; min > max gives max
+// everywhere; NaN stays NaN).
+struct ClampAttrs {
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+};
+// gelu and gelu_backward: the exact form x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)), or the tanh
+// approximation x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), as torch.nn.functional.gelu's
+// approximate="none" / "tanh".
+enum class GeluApproximate : std::uint8_t { none, tanh };
+struct GeluAttrs {
+  GeluApproximate approximate = GeluApproximate::none;
+};
+
+// attention
+// Scaled dot-product attention as torch.nn.functional.scaled_dot_product_attention: softmax(q k^T *
+// scale + causal mask) with dropout, times v. is_causal is torch's top-left aligned mask (query i
+// sees keys j <= i, for any L and S). No scale stands for torch's scale=None, 1/sqrt(E) (a kernel
+// reads attention_scale()). Dropout zeroes probability (i, j) of the row-major flat
+// [..., L, S] index n when dropout_uniform(seed, n) < dropout_p and scales the rest by
+// 1/(1-dropout_p), so every device drops the same entries.
+struct AttentionAttrs {
+  bool is_causal = false;
+  std::optional<float> scale;
+  float dropout_p = 0;
+  std::uint64_t seed = 0;
+};
+
 using OpAttrs = std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2dAttrs, Pool2dAttrs,
-                             SgdAttrs, AdamAttrs, DropoutAttrs, RangeAttrs, RandomAttrs>;
+                             SgdAttrs, AdamAttrs, DropoutAttrs, ClampAttrs, GeluAttrs,
+                             AttentionAttrs, RangeAttrs, RandomAttrs>;
 
 // The counter-based random number behind dropout_mask, written with 32-bit integer operations
 // only so that a GLSL or OpenCL kernel computes the same value: a uniform float in [0, 1) with
@@ -228,6 +287,14 @@ inline float random_normal(std::uint32_t bits1, std::uint32_t bits2) {
 // multiply-shift: no modulo; the bias is below range / 2^32).
 inline std::uint32_t random_below(std::uint32_t bits, std::uint32_t range) {
   return static_cast<std::uint32_t>((static_cast<std::uint64_t>(bits) * range) >> 32);
+}
+
+// attention
+// The score scale of an attention call over head dimension |e|: attrs.scale, or 1/sqrt(e) when it
+// has none (torch's default).
+inline float attention_scale(const AttentionAttrs& attrs, std::int64_t e) {
+  if (attrs.scale) return *attrs.scale;
+  return e > 0 ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(e))) : 1.0f;
 }
 
 // One call of an op: the tensors and attributes a kernel sees. Inputs and outputs live on the
