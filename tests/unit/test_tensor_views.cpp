@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "mock_device.h"
+#include "tessera/dispatch.h"
 #include "tessera/errors.h"
 #include "tessera/tensor.h"
 
@@ -138,4 +139,36 @@ TEST(TensorViews, PrintsAsTorchDoes) {
             "tensor([1.0000e-05, 1.0000e+00])\n"
             "tensor([], size=(0, 3))\n"
             "tensor([[  5, -12]], dtype=i32)");
+}
+
+// copy_into's output is a strided view (OpDef::strided_outputs): on the fallback path the range
+// the view spans goes to the fallback device with its values and comes back whole, so the
+// elements between the view's keep their values.
+TEST(TensorViews, AStridedOutputSurvivesTheFallbackRoundTrip) {
+  MockDevice gpu("vulkan", 0), cpu("cpu", 0);
+  EXPECT_CALL(cpu.add(OpId::copy_into), launch(::testing::_, ::testing::_))
+      .WillOnce(::testing::Invoke([](const OpCall& call, Queue&) {
+        const Tensor& dst = call.out(0);
+        const float* s = call.in(0).host_data<float>();
+        float* d = dst.host_data<float>();
+        for (std::int64_t i = 0; i < dst.dim(0); ++i)
+          for (std::int64_t j = 0; j < dst.dim(1); ++j)
+            d[i * dst.strides()[0] + j * dst.strides()[1]] =
+                s[i * call.in(0).strides()[0] + j * call.in(0).strides()[1]];
+      }));
+  Dispatcher d;
+  d.set_chain({&cpu});
+  const Tensor base = iota(gpu, {3, 5});
+  OpCall call;
+  call.op = OpId::copy_into;
+  call.num_inputs = 1;
+  call.num_outputs = 1;
+  call.inputs[0] = Tensor::from(std::vector<float>{-1, -2, -3, -4}, {2, 2}, &gpu);
+  call.outputs[0] = base.narrow(0, 1, 2).slice(1, 1, 5, 2);  // rows 1-2, columns 1 and 3
+  ::testing::internal::CaptureStderr();
+  d.run(gpu, call);
+  (void)::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(base.to_vector<float>(), (std::vector<float>{0, 1, 2, 3, 4,    //
+                                                         5, -1, 7, -2, 9,  //
+                                                         10, -3, 12, -4, 14}));
 }
