@@ -7,6 +7,7 @@
 
 #include "cases.h"
 #include "tessera/errors.h"
+#include "tessera/op.h"
 #include "tessera/runtime.h"
 #include "tessera/tensor.h"
 
@@ -77,6 +78,31 @@ void register_out_of_memory(Device* d) {
       });
 }
 
+// The built-in plugins (cpu, vulkan, opencl) implement every op natively: a missing kernel fails
+// here on every device that CI runs, naming the ops (an out-of-tree plugin may implement a few).
+void register_every_op(Device* d) {
+  const std::string suite = "Device/" + d->id();
+  ::testing::RegisterTest(
+      suite.c_str(), "ImplementsEveryOp", nullptr, nullptr, __FILE__, __LINE__,
+      [d]() -> ::testing::Test* {
+        struct T : ::testing::Test {
+          Device* dev;
+          explicit T(Device* x) : dev(x) {}
+          void TestBody() override {
+            const std::string plugin = dev->plugin_name();
+            if (plugin != "cpu" && plugin != "vulkan" && plugin != "opencl")
+              GTEST_SKIP() << "plugin " << plugin << " is not built in";
+            std::string missing;
+            for (const OpDef& op : op_defs())
+              if (!dev->kernel(op.id))
+                missing += std::string(missing.empty() ? "" : ", ") + std::string(op.name);
+            EXPECT_TRUE(missing.empty()) << dev->id() << " has no kernel for: " << missing;
+          }
+        };
+        return new T(d);
+      });
+}
+
 }  // namespace
 }  // namespace tessera::conformance
 
@@ -118,6 +144,7 @@ int main(int argc, char** argv) {
     conformance::register_cases("Grad", d, conformance::attention_grad_cases());
 
     conformance::register_out_of_memory(d);
+    conformance::register_every_op(d);
   }
   return RUN_ALL_TESTS();
 }
