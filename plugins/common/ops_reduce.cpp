@@ -1,7 +1,8 @@
 // Launch geometry of the reductions, normalisation, losses and optimizer group (kernels:
-// reduce_line, layer_norm, batch_norm, cross_entropy, sum_squares, adamw). A kernel file serves
-// several ops through its V0; every launch binds as many tensors as the file's kernel names
-// (padding with one it already has), so that no statically used binding is left unwritten.
+// reduce_line, layer_norm, batch_norm, batch_norm_backward, cross_entropy, sum_squares, adamw). A
+// kernel file serves several ops through its V0; every launch binds as many tensors as the file's
+// kernel names (padding with one it already has), so that no statically used binding is left
+// unwritten.
 #include <cmath>
 
 #include "geometry.h"
@@ -163,6 +164,29 @@ void batch_norm(const OpCall& call, Launcher& l) {
       .groups(d.c);
 }
 
+// (grad, x, weight, save_mean, save_invstd) -> (grad_x, grad_weight, grad_bias): one work-group
+// per channel reduces the channel's sums and writes its grad_x (kernels/batch_norm_backward.tk).
+void batch_norm_backward(const OpCall& call, Launcher& l) {
+  const auto& at = call.attr<BatchNormAttrs>();
+  const Nchw d = nchw_of(call.in(1).shape());
+  if (d.c == 0) return;
+  Launch(l, "batch_norm_backward", {at.training ? 0 : 1})
+      .in(call.in(0))
+      .in(call.in(1))
+      .in(call.in(2))
+      .in(call.in(3))
+      .in(call.in(4))
+      .out(call.out(0))
+      .out(call.out(1))
+      .out(call.out(2))
+      .i(d.n)
+      .i(d.c)
+      .i(d.s)
+      .shared(2 * kGroup)
+      .group(kGroup)
+      .groups(d.c);
+}
+
 // Per-row losses (or, for the backward, counts) of cross_entropy into |scratch| [2 rows], then
 // their reduction into |out| [1]: the mean loss, or the count when |count_only|.
 void cross_entropy_rows(const OpCall& call, Launcher& l, const Tensor& scratch, const Tensor& out,
@@ -318,6 +342,7 @@ void add_reduce_ops(PortableOps& ops) {
   ops.add(OpId::layer_norm, layer_norm);
   ops.add(OpId::layer_norm_backward, layer_norm_backward);
   ops.add(OpId::batch_norm, batch_norm);
+  ops.add(OpId::batch_norm_backward, batch_norm_backward);
   ops.add(OpId::cross_entropy, cross_entropy, cross_entropy_supports);
   ops.add(OpId::cross_entropy_backward, cross_entropy_backward, cross_entropy_supports);
   ops.add(OpId::mse_loss, mse_loss);

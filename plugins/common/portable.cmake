@@ -36,7 +36,7 @@ set(TESSERA_PORTABLE_KERNELS
   pointwise_strided
 
   # --- reductions, normalisation, losses, optimizers ---
-  reduce_line layer_norm batch_norm cross_entropy sum_squares adamw
+  reduce_line layer_norm batch_norm batch_norm_backward cross_entropy sum_squares adamw
 
   # --- nn: batched matmul, embedding, pooling, attention ---
   # attention
