@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""The PyTorch oracle's second half: reads what tessera_oracle wrote (manifest.json and one
+safetensors file per case and device), recomputes every case with torch in float64 from the same
+inputs (torch.autograd for the gradients, with the same upstream gradient) and compares by
+normalised error ||tessera - torch|| / ||torch|| with a tolerance per case (integer outputs:
+exactly). Prints one line per (case, device) and exits 1 with the worst offenders when any case
+fails, errs, or when the two tables (oracle.h's cases and CASES below) do not name the same cases.
+
+Usage: compare.py DIR        (needs PyTorch: Debian's python3-torch; no other package)
+
+Adding a case: one entry in CASES, under the name the C++ table gives it (tests/oracle/README.md).
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:
+    sys.exit(f"compare.py needs PyTorch ({e}): apt-get install python3-torch, or run "
+             "scripts/test.sh; TESSERA_TEST_TORCH_PYTHON names another Python")
+
+DTYPES = {"F32": torch.float32, "F64": torch.float64, "I32": torch.int32, "U8": torch.uint8,
+          "I64": torch.int64}
+
+
+def read_safetensors(path):
+    """The tensors (by name) and the metadata of a safetensors file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    tensors = {}
+    for name, e in header.items():
+        begin, end = e["data_offsets"]
+        dtype = DTYPES[e["dtype"]]
+        if end == begin:
+            tensors[name] = torch.empty(e["shape"], dtype=dtype)
+        else:
+            raw = bytearray(data[8 + n + begin:8 + n + end])
+            tensors[name] = torch.frombuffer(raw, dtype=dtype).reshape(e["shape"])
+    return tensors, meta
+
+
+class Ref:
+    """torch's side of one case: fn(*inputs) in float64 (integer inputs as int64), and the
+    tolerance of the normalised error of the output and of each input gradient. With seen=True,
+    fn also gets the keyword argument `seen` (Tessera's tensors of the case, by name) for what
+    torch can not redraw (a random mask)."""
+
+    def __init__(self, fn, tol=1e-5, grad_tol=None, seen=False):
+        self.fn, self.tol = fn, tol
+        self.grad_tol = grad_tol if grad_tol is not None else tol
+        self.wants_seen = seen
+
+
+def dropout_ref(x, seen, p=0.3):
+    keep = seen["out"] != 0
+    share = keep.double().mean().item()
+    n = keep.numel()
+    sigma = math.sqrt(p * (1 - p) / n)
+    if abs(share - (1 - p)) > 6 * sigma:
+        raise AssertionError(f"dropout kept {share:.4f} of {n} elements, expected {1 - p} "
+                             f"(+- {6 * sigma:.4f})")
+    return torch.where(keep, x / (1 - p), torch.zeros_like(x))
+
+
+# One entry per case of tests/oracle/cases*.cpp, under the same name. Tolerances are on the
+# normalised error of Tessera's f32 against torch's f64; integer outputs are compared exactly.
+CASES = {
+    # --- matmul, addmm, linear ---
+    "matmul": Ref(lambda a, b: a @ b),
+    "matmul_trans": Ref(lambda a, b: a.t() @ b.t()),
+    "matmul_odd": Ref(lambda a, b: a @ b),
+    "matmul_view": Ref(lambda a, b: a @ b.t()),
+    "addmm": Ref(lambda a, b, bias: torch.addmm(bias, a, b.t())),
+    "linear": Ref(lambda x, w, b: F.linear(x, w, b)),
+    # --- element-wise arithmetic ---
+    "add": Ref(torch.add),
+    "add_broadcast": Ref(torch.add),
+    "add_empty": Ref(torch.add),
+    "sub": Ref(torch.sub),
+    "sub_broadcast": Ref(torch.sub),
+    "mul": Ref(torch.mul),
+    "mul_broadcast": Ref(torch.mul),
+    "div": Ref(torch.div),
+    "div_broadcast": Ref(torch.div),
+    "add_scalar": Ref(lambda x: x + (-1.25)),
+    "mul_scalar": Ref(lambda x: x * 2.5),
+    # --- activations and pointwise math ---
+    "relu": Ref(torch.relu),
+    "exp": Ref(torch.exp),
+    "log": Ref(torch.log),
+    "tanh": Ref(torch.tanh),
+    "sigmoid": Ref(torch.sigmoid),
+    # --- reductions ---
+    "sum_0": Ref(lambda x: x.sum(0)),
+    "sum_1_keepdim": Ref(lambda x: x.sum(1, keepdim=True)),
+    "mean_1": Ref(lambda x: x.mean(1)),
+    "max_1": Ref(lambda x: x.max(1).values),
+    "max_0_keepdim": Ref(lambda x: x.max(0, keepdim=True).values),
+    "argmax_1": Ref(lambda x: x.argmax(1)),
+    # --- softmax, log_softmax, cross-entropy ---
+    "softmax": Ref(lambda x: torch.softmax(x, -1)),
+    "softmax_0": Ref(lambda x: torch.softmax(x, 0)),
+    "log_softmax": Ref(lambda x: torch.log_softmax(x, -1)),
+    "cross_entropy": Ref(lambda x, y: F.cross_entropy(x, y)),
+    # --- convolution, pooling, dropout ---
+    "conv2d": Ref(lambda x, w: F.conv2d(x, w)),
+    "conv2d_stride2_pad1": Ref(lambda x, w: F.conv2d(x, w, stride=2, padding=1)),
+    "max_pool2d": Ref(lambda x: F.max_pool2d(x, 2)),
+    "max_pool2d_k3_s2": Ref(lambda x: F.max_pool2d(x, 3, stride=2)),
+    "dropout": Ref(dropout_ref, seen=True),
+    # --- views and copies ---
+    "reshape": Ref(lambda x: x.reshape(2, 3, 4)),
+    "transpose_copy": Ref(lambda x: x.t().contiguous()),
+}
+
+
+def norm_error(got, ref):
+    """||got - ref|| / ||ref|| in float64 (the absolute norm where ref is all zeros); inf for a
+    shape mismatch or a NaN."""
+    if tuple(got.shape) != tuple(ref.shape):
+        return math.inf
+    if got.numel() == 0:
+        return 0.0
+    got, ref = got.double(), ref.double()
+    diff = (got - ref).norm().item()
+    scale = ref.norm().item()
+    err = diff / scale if scale > 0 else diff
+    return math.inf if math.isnan(err) else err
+
+
+def check(path, ref):
+    """[(what, error, tolerance)] of one case on one device."""
+    t, meta = read_safetensors(path)
+    n = int(meta["inputs"])
+    inputs = []
+    for i in range(n):
+        x = t[f"in{i}"]
+        if x.dtype.is_floating_point:
+            x = x.double().requires_grad_(f"grad_in{i}" in t)
+        else:
+            x = x.long()
+        inputs.append(x)
+    kwargs = {"seen": t} if ref.wants_seen else {}
+    out = ref.fn(*inputs, **kwargs)
+    got = t["out"]
+    results = []
+    if not got.dtype.is_floating_point or not out.dtype.is_floating_point:
+        same = tuple(got.shape) == tuple(out.shape) and torch.equal(got.long(), out.long())
+        results.append(("out", 0.0 if same else math.inf, 0.0))
+    else:
+        results.append(("out", norm_error(got, out.detach()), ref.tol))
+    if "grad_out" in t:
+        wanted = [i for i in range(n) if f"grad_in{i}" in t]
+        grads = torch.autograd.grad(out, [inputs[i] for i in wanted], t["grad_out"].double(),
+                                    allow_unused=True)
+        for i, g in zip(wanted, grads):
+            g = torch.zeros_like(inputs[i]) if g is None else g
+            results.append((f"grad_in{i}", norm_error(t[f"grad_in{i}"], g), ref.grad_tol))
+    return results
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: compare.py DIR (written by tessera_oracle --out DIR)")
+    root = sys.argv[1]
+    with open(os.path.join(root, "manifest.json")) as f:
+        manifest = json.load(f)
+    torch.set_num_threads(1)
+    print(f"PyTorch {torch.__version__} against Tessera on {', '.join(manifest['devices'])} "
+          f"(TESSERA_TEST_SEED={manifest['seed']})")
+    failures = []  # (error / tolerance, line)
+    counts = {"ok": 0, "FAIL": 0, "skip": 0}
+    ran = set()
+    for r in manifest["results"]:
+        name, dev = r["case"], r["device"]
+        ran.add(name)
+        if "skipped" in r:
+            counts["skip"] += 1
+            print(f"skip {name} on {dev}: {r['skipped']}")
+            continue
+        failed = True
+        if name not in CASES:
+            line = f"FAIL {name} on {dev}: no torch reference (add '{name}' to CASES)"
+            failures.append((math.inf, line))
+        elif "error" in r:
+            line = f"FAIL {name} on {dev}: Tessera raised: {r['error']}"
+            failures.append((math.inf, line))
+        else:
+            try:
+                results = check(os.path.join(root, r["file"]), CASES[name])
+            except Exception as e:  # a torch error or a failed check of the case
+                results = [(f"torch side ({type(e).__name__}: {e})", math.inf, 0.0)]
+            ratios = [e / tol if tol else (math.inf if e else 0.0) for _, e, tol in results]
+            worst = max(ratios)
+            failed = worst > 1
+            parts = "  ".join(f"{w} {e:.1e}" for w, e, _ in results)
+            tols = sorted({f"{tol:.0e}" for _, _, tol in results if tol})
+            line = (f"{'FAIL' if failed else 'ok  '} {name} on {dev}: {parts}"
+                    f" (tol {', '.join(tols) or 'exact'})")
+            if failed:
+                failures.append((worst, line))
+        counts["FAIL" if failed else "ok"] += 1
+        print(line)
+    for name in sorted(set(CASES) - ran):
+        line = f"FAIL {name}: in CASES but tessera_oracle ran no such case (add it to oracle.h's table)"
+        failures.append((math.inf, line))
+        counts["FAIL"] += 1
+        print(line)
+    print(f"{counts['ok']} ok, {counts['FAIL']} failed, {counts['skip']} skipped "
+          f"(cases x devices)")
+    if failures:
+        print("\nworst offenders (error / tolerance):")
+        for ratio, line in sorted(failures, key=lambda x: -x[0])[:10]:
+            print(f"  {ratio:.3g}  {line}")
+        print(f"\nrepeat with TESSERA_TEST_SEED={manifest['seed']}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
