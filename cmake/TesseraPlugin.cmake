@@ -7,7 +7,7 @@
 # out-of-tree ones (find_package(Tessera) provides it). The target is named tessera_plugin_NAME.
 #
 # SHADERS are GLSL compute shaders compiled by glslc (Vulkan 1.2 SPIR-V, -O) into NAME.spv; EMBED
-# files are taken as they are (OpenCL C sources). Both are embedded into the .so and found at run
+# files (relative to the plugin's folder, or absolute) are taken as they are (OpenCL C sources). Both are embedded into the .so and found at run
 # time through tessera::embedded_file("gemm.spv") (tessera/embedded.h).
 set(TESSERA_EMBED_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/TesseraEmbed.cmake)
 function(tessera_add_plugin name)
@@ -22,7 +22,11 @@ function(tessera_add_plugin name)
   set(target tessera_plugin_${name})
   set(embedded "")
   foreach(src IN LISTS ARG_EMBED)
-    list(APPEND embedded ${CMAKE_CURRENT_SOURCE_DIR}/${src})
+    if(IS_ABSOLUTE ${src})
+      list(APPEND embedded ${src})
+    else()
+      list(APPEND embedded ${CMAKE_CURRENT_SOURCE_DIR}/${src})
+    endif()
   endforeach()
   if(ARG_SHADERS)
     find_program(TESSERA_GLSLC glslc REQUIRED)

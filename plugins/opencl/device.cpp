@@ -152,6 +152,14 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   ctx_ = std::make_unique<Context>(Context{*programs_, *queue_, tiles, reduce_wg,
                                            fmt::format("-DREDUCE_WG={}", reduce_wg), launch_mu_});
   register_kernels(kernels_, *ctx_);
+  common::GpuTraits traits;
+  traits.vendor_id = device_value<cl_uint>(device, CL_DEVICE_VENDOR_ID);
+  traits.subgroup_size = traits.vendor_id == 0x10de ? 32 : 1;
+  traits.max_group_size = static_cast<std::int32_t>(std::min<std::size_t>(max_wg, 1024));
+  traits.max_shared_bytes = static_cast<std::int64_t>(local);
+  traits.is_cpu = info_.type == DeviceType::cpu;
+  launcher_ = std::make_unique<OpenclLauncher>(*this, *ctx_, traits);
+  common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), {} compute units", id, info_.name, platform_name, info_.compute_units);
 }
 

@@ -81,25 +81,6 @@ void binary(const OpCall& call, Context& ctx) {
       .run(g.n);
 }
 
-template <const char* kName>
-void unary(const OpCall& call, Context& ctx) {
-  Launch(ctx, "elementwise.cl", kName)
-      .tensor(call.in(0))
-      .tensor(call.out(0))
-      .arg(numel_of(call.out(0)))
-      .arg(common::scalar_of(call))
-      .run(call.out(0).numel());
-}
-
-void relu_backward(const OpCall& call, Context& ctx) {
-  Launch(ctx, "elementwise.cl", "relu_backward")
-      .tensor(call.in(0))
-      .tensor(call.in(1))
-      .tensor(call.out(0))
-      .arg(numel_of(call.out(0)))
-      .run(call.out(0).numel());
-}
-
 void copy(const OpCall& call, Context& ctx) {
   const common::Strided g = common::strided(call.in(0).shape(), call.inputs.data(), 1);
   Launch(ctx, "elementwise.cl", "copy_strided")
@@ -302,8 +283,6 @@ void adam_update(const OpCall& call, Context& ctx) {
 
 // Kernel names as template arguments.
 constexpr char kAdd[] = "add", kSub[] = "sub", kMul[] = "mul", kDiv[] = "div_";
-constexpr char kAddScalar[] = "add_scalar", kMulScalar[] = "mul_scalar", kRelu[] = "relu";
-constexpr char kExp[] = "exp_", kLog[] = "log_", kTanh[] = "tanh_", kSigmoid[] = "sigmoid";
 constexpr char kMax[] = "max_lines", kArgmax[] = "argmax_lines", kSoftmax[] = "softmax_lines";
 constexpr char kConv[] = "conv2d", kConvInput[] = "conv2d_backward_input";
 
@@ -327,14 +306,6 @@ void register_kernels(KernelTable& t, Context& ctx) {
   set(OpId::sub, binary<kSub>);
   set(OpId::mul, binary<kMul>);
   set(OpId::div, binary<kDiv>);
-  set(OpId::add_scalar, unary<kAddScalar>);
-  set(OpId::mul_scalar, unary<kMulScalar>);
-  set(OpId::relu, unary<kRelu>);
-  set(OpId::relu_backward, relu_backward);
-  set(OpId::exp, unary<kExp>);
-  set(OpId::log, unary<kLog>);
-  set(OpId::tanh, unary<kTanh>);
-  set(OpId::sigmoid, unary<kSigmoid>);
   set(OpId::sum, sum<false>);
   set(OpId::mean, sum<true>);
   set(OpId::max, lines<kMax>);

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../common/portable.h"
 #include "tessera/device.h"
 #include "tessera/errors.h"
 
@@ -164,6 +165,20 @@ struct Context {
 using KernelTable = std::array<std::unique_ptr<Kernel>, kNumOps>;
 void register_kernels(KernelTable& table, Context& ctx);
 
+// Runs the portable kernels (../common/portable.h) on one device; lives as long as the device.
+class OpenclLauncher final : public common::Launcher {
+ public:
+  OpenclLauncher(Device& device, Context& ctx, common::GpuTraits traits);
+  Device& device() override { return device_; }
+  const common::GpuTraits& traits() const override { return traits_; }
+  void launch(const common::Launch& l) override;
+
+ private:
+  Device& device_;
+  Context& ctx_;
+  common::GpuTraits traits_;
+};
+
 class OpenclDevice final : public Device {
  public:
   OpenclDevice(cl_platform_id platform, cl_device_id device, int index);
@@ -186,6 +201,7 @@ class OpenclDevice final : public Device {
   std::unique_ptr<Programs> programs_;
   std::mutex launch_mu_;
   std::unique_ptr<Context> ctx_;
+  std::unique_ptr<OpenclLauncher> launcher_;
   KernelTable kernels_;
 };
 

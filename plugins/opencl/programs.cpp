@@ -41,6 +41,21 @@ std::string program_binary(cl_program program) {
   return bin;
 }
 
+std::string_view embedded_text(std::string_view file) {
+  const auto data = embedded_file(file);
+  if (data.empty())
+    throw BackendError(fmt::format("kernels/{} is not embedded in the opencl plugin", file));
+  return {reinterpret_cast<const char*>(data.data()), data.size()};
+}
+
+// The program text of |file|: an OpenCL C file as it is, or a portable kernel (NAME.tk) after
+// the portable prelude and common functions (../common/kernels/README.md).
+std::string source_of(std::string_view file) {
+  if (!file.ends_with(".tk")) return std::string(embedded_text(file));
+  return fmt::format("{}\n{}\n#line 1 \"{}\"\n{}", embedded_text("prelude.cl"),
+                     embedded_text("common.tk"), file, embedded_text(file));
+}
+
 }  // namespace
 
 Programs::Programs(cl_context context, cl_device_id device, std::string id, std::string cache_key)
@@ -65,10 +80,7 @@ cl_kernel Programs::kernel(std::string_view file, std::string_view name,
 }
 
 cl_program Programs::build(std::string_view file, const std::string& options) {
-  const auto data = embedded_file(file);
-  if (data.empty())
-    throw BackendError(fmt::format("kernels/{} is not embedded in the opencl plugin", file));
-  const std::string_view source(reinterpret_cast<const char*>(data.data()), data.size());
+  const std::string source = source_of(file);
   const std::string all_options = options + " -cl-std=CL1.2";
   // Everything the binary depends on: the source, the options, the device and its driver.
   const std::string key = fmt::format("{:016x}|{}|{}\n", fnv1a(source), all_options, cache_key_);

@@ -140,6 +140,10 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   di.queueCreateInfoCount = 1;
   di.pQueueCreateInfos = &qi;
+  // 8-bit storage lets portable kernels read and write bool masks (kernels/README.md).
+  VkPhysicalDeviceVulkan12Features enable12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  enable12.storageBuffer8BitAccess = f12.storageBuffer8BitAccess;
+  di.pNext = &enable12;
   di.enabledExtensionCount = static_cast<std::uint32_t>(exts.size());
   di.ppEnabledExtensionNames = exts.data();
   check(vkCreateDevice(physical, &di, nullptr, &device_), "vkCreateDevice", id_);
@@ -199,6 +203,7 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
       {"max workgroup invocations", std::to_string(props_.limits.maxComputeWorkGroupInvocations)},
       {"largest buffer", fmt::format("{} ({})", format_bytes(max_buffer_), max_buffer_limit_)},
       {"f16", f12.shaderFloat16 ? "yes" : "no"},
+      {"8-bit storage", f12.storageBuffer8BitAccess ? "yes" : "no (bool kernels can not run)"},
       {"cooperative matrix", coop ? "yes (VK_KHR_cooperative_matrix)" : "no"},
       {"gemm tiles", fmt::format("{}x{}x{}, {}x{} per invocation", tiles_.tm, tiles_.tn, tiles_.tk,
                                  tiles_.wm, tiles_.wn)},
@@ -210,6 +215,15 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   queue_ = std::make_unique<VulkanQueue>(*this);
   pipelines_ = std::make_unique<Pipelines>(*this);
   register_kernels(kernels_, *this);
+  common::GpuTraits traits;
+  traits.vendor_id = props_.vendorID;
+  traits.subgroup_size = static_cast<std::int32_t>(std::max(sub.subgroupSize, 1u));
+  traits.max_group_size =
+      static_cast<std::int32_t>(std::min(props_.limits.maxComputeWorkGroupInvocations, 1024u));
+  traits.max_shared_bytes = props_.limits.maxComputeSharedMemorySize;
+  traits.is_cpu = info_.type == DeviceType::cpu;
+  launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
+  common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), memory type {}", id_, info_.name, info_.driver, type);
 }
 

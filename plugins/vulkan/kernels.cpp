@@ -105,25 +105,6 @@ void binary(const OpCall& call, VulkanDevice& dev) {
       .run(vec4 ? g.n / 4 : g.n);
 }
 
-template <int kOp>
-void unary(const OpCall& call, VulkanDevice& dev) {
-  const Tensor& y = call.out(0);
-  const bool backward = kOp == 7;  // relu_backward: (grad, x)
-  const Tensor& x = backward ? call.in(1) : call.in(0);
-  Dispatch d(dev, "unary", {kOp});
-  d.in(x).out(y);
-  if (backward)
-    d.in(call.in(0));
-  else
-    d.unused();
-  d.offset(x)
-      .offset(y)
-      .i(y.numel())
-      .f(common::scalar_of(call))
-      .i(backward ? offset_of(call.in(0)) : 0)
-      .run(y.numel());
-}
-
 void copy(const OpCall& call, VulkanDevice& dev) {
   const common::Strided g = common::strided(call.in(0).shape(), call.inputs.data(), 1);
   Dispatch(dev, "copy", {0})
@@ -363,14 +344,6 @@ void register_kernels(KernelTable& t, VulkanDevice& dev) {
   set(OpId::sub, binary<1>);
   set(OpId::mul, binary<2>);
   set(OpId::div, binary<3>);
-  set(OpId::add_scalar, unary<0>);
-  set(OpId::mul_scalar, unary<1>);
-  set(OpId::relu, unary<2>);
-  set(OpId::exp, unary<3>);
-  set(OpId::log, unary<4>);
-  set(OpId::tanh, unary<5>);
-  set(OpId::sigmoid, unary<6>);
-  set(OpId::relu_backward, unary<7>);
   set(OpId::sum, lines<0>);
   set(OpId::mean, lines<0>);
   set(OpId::max, lines<1>);

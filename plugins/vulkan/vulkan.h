@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../common/portable.h"
 #include "tessera/device.h"
 #include "tessera/errors.h"
 
@@ -162,7 +163,7 @@ class Pipelines {
   VkPipeline get(std::string_view shader, std::span<const std::int32_t> spec);
   VkPipelineLayout layout() const { return layout_; }
   VkDescriptorSetLayout set_layout() const { return set_layout_; }
-  static constexpr int kBindings = 4;
+  static constexpr int kBindings = 8;
   static constexpr int kPushWords = 32;
 
  private:
@@ -184,6 +185,19 @@ struct GemmTiles {
 
 using KernelTable = std::array<std::unique_ptr<Kernel>, kNumOps>;
 void register_kernels(KernelTable& table, VulkanDevice& device);
+
+// Runs the portable kernels (../common/portable.h) on one device; lives as long as the device.
+class VulkanLauncher final : public common::Launcher {
+ public:
+  VulkanLauncher(VulkanDevice& device, common::GpuTraits traits);
+  Device& device() override;
+  const common::GpuTraits& traits() const override { return traits_; }
+  void launch(const common::Launch& l) override;
+
+ private:
+  VulkanDevice& device_;
+  common::GpuTraits traits_;
+};
 
 class VulkanDevice final : public Device {
  public:
@@ -239,6 +253,7 @@ class VulkanDevice final : public Device {
   std::unique_ptr<MemoryPool> device_pool_, staging_pool_;
   std::unique_ptr<VulkanQueue> queue_;
   std::unique_ptr<Pipelines> pipelines_;
+  std::unique_ptr<VulkanLauncher> launcher_;
   KernelTable kernels_;
 };
 

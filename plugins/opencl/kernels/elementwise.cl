@@ -46,30 +46,6 @@ BINARY(sub, x - z)
 BINARY(mul, x * z)
 BINARY(div_, x / z)
 
-#define UNARY(NAME, EXPR)                                                                      \
-  __kernel void NAME(__global const float* in, int ox, __global float* y, int oy, int n,      \
-                     float s) {                                                                \
-    const int i = get_global_id(0);                                                            \
-    if (i >= n) return;                                                                        \
-    const float x = in[ox + i];                                                                \
-    y[oy + i] = EXPR;                                                                          \
-  }
-
-UNARY(add_scalar, x + s)
-UNARY(mul_scalar, x* s)
-UNARY(relu, x > 0.0f ? x : 0.0f)
-UNARY(exp_, exp(x))
-UNARY(log_, log(x))
-UNARY(tanh_, tanh(x))
-UNARY(sigmoid, 1.0f / (1.0f + exp(-x)))
-
-__kernel void relu_backward(__global const float* g, int og, __global const float* x, int ox,
-                            __global float* y, int oy, int n) {
-  const int i = get_global_id(0);
-  if (i >= n) return;
-  y[oy + i] = x[ox + i] > 0.0f ? g[og + i] : 0.0f;
-}
-
 // Any 4-byte dtype.
 __kernel void copy_strided(__global const uint* x, int ox, __global uint* y, int oy, Strided g) {
   const int i = get_global_id(0);

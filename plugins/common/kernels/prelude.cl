@@ -1,0 +1,67 @@
+// The portable kernel dialect as OpenCL C 1.2 (README.md in this folder). The plugin builds
+// prelude.cl, common.tk and one NAME.tk as one program, with -DV0=.. -DV3=..; prelude.glsl is its
+// GLSL twin, macro for macro.
+#ifndef V0
+#define V0 0
+#endif
+#ifndef V1
+#define V1 0
+#endif
+#ifndef V2
+#define V2 0
+#endif
+#ifndef V3
+#define V3 0
+#endif
+
+// Words 0..7: element offsets of bindings 0..7; word 8: the number of work-groups; then P(i).
+typedef struct {
+  int w[32];
+} TkParams;
+
+#define TK_ARGS                                                                                   \
+  __global float *t0, __global float *t1, __global float *t2, __global float *t3,                \
+      __global float *t4, __global float *t5, __global float *t6, __global float *t7,            \
+      const TkParams tk_p, __local float *tk_shm
+#define TK_PASS t0, t1, t2, t3, t4, t5, t6, t7, tk_p, tk_shm
+
+#define P(i) tk_p.w[9 + (i)]
+#define PF(i) as_float(tk_p.w[9 + (i)])
+#define NGROUPS tk_p.w[8]
+
+#define GROUP ((int)(get_group_id(1) * get_num_groups(0) + get_group_id(0)))
+#define LID ((int)get_local_id(0))
+#define GSIZE ((int)get_local_size(0))
+#define GID (GROUP * GSIZE + LID)
+#define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
+#define SHM(i) tk_shm[(i)]
+
+#define TK_AT(k, i) (tk_p.w[k] + (i))
+#define LDF(k, i) t##k[TK_AT(k, i)]
+#define STF(k, i, x) (t##k[TK_AT(k, i)] = (x))
+#define LDI(k, i) ((__global int*)t##k)[TK_AT(k, i)]
+#define STI(k, i, x) (((__global int*)t##k)[TK_AT(k, i)] = (x))
+#define LDB(k, i) ((int)((__global uchar*)t##k)[TK_AT(k, i)])
+#define STB(k, i, x) (((__global uchar*)t##k)[TK_AT(k, i)] = (uchar)(x))
+#define LDL(k, i) ((int)((__global long*)t##k)[TK_AT(k, i)])
+#define STL(k, i, x) (((__global long*)t##k)[TK_AT(k, i)] = (long)(x))
+
+#define TO_F(x) ((float)(x))
+#define TO_I(x) ((int)(x))
+#define TO_U(x) ((uint)(x))
+#define AS_F(x) as_float((int)(x))
+#define AS_I(x) as_int(x)
+#define AS_U(x) as_uint(x)
+#define FABS(x) fabs(x)
+#define RSQRT(x) rsqrt(x)
+#define MULHI_U(a, b) mul_hi((uint)(a), (uint)(b))
+#define UNROLL _Pragma("unroll")
+
+// The body of KERNEL runs for work-groups below NGROUPS only (the grid is rounded up).
+#define KERNEL                                \
+  void tk_body(TK_ARGS);                      \
+  __kernel void tk_main(TK_ARGS) {            \
+    if (GROUP >= NGROUPS) return;             \
+    tk_body(TK_PASS);                         \
+  }                                           \
+  void tk_body(TK_ARGS)

@@ -1,0 +1,106 @@
+// The portable kernel dialect as GLSL 450 for Vulkan (README.md in this folder). Included after
+// `#version 450` by the wrapper that the build writes for every NAME.tk; prelude.cl is its OpenCL
+// twin, macro for macro.
+#extension GL_EXT_control_flow_attributes : enable
+#ifdef TK_BYTES
+#extension GL_EXT_shader_8bit_storage : require
+#endif
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const int TK_SHM = 1;
+layout(constant_id = 2) const int V0 = 0;
+layout(constant_id = 3) const int V1 = 0;
+layout(constant_id = 4) const int V2 = 0;
+layout(constant_id = 5) const int V3 = 0;
+
+// Words 0..7: element offsets of bindings 0..7; word 8: the number of work-groups; then P(i).
+layout(push_constant) uniform TkPush {
+  int w[32];
+} tk_pc;
+
+shared float tk_shm[TK_SHM];
+
+#ifdef TK_BYTES
+#define TK_BYTE_VIEW(k) \
+  layout(binding = k) buffer TkB##k { uint8_t v[]; } tk_b##k;
+#else
+#define TK_BYTE_VIEW(k)
+#endif
+#define TK_BUFFER(k)                                         \
+  layout(binding = k) buffer TkF##k { float v[]; } tk_f##k;  \
+  layout(binding = k) buffer TkI##k { int v[]; } tk_i##k;    \
+  TK_BYTE_VIEW(k)
+TK_BUFFER(0)
+TK_BUFFER(1)
+TK_BUFFER(2)
+TK_BUFFER(3)
+TK_BUFFER(4)
+TK_BUFFER(5)
+TK_BUFFER(6)
+TK_BUFFER(7)
+
+#define P(i) tk_pc.w[9 + (i)]
+#define PF(i) intBitsToFloat(tk_pc.w[9 + (i)])
+#define NGROUPS tk_pc.w[8]
+
+#define GROUP int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x)
+#define LID int(gl_LocalInvocationID.x)
+#define GSIZE int(gl_WorkGroupSize.x)
+#define GID (GROUP * GSIZE + LID)
+#define BARRIER() \
+  memoryBarrierShared(); \
+  barrier()
+#define SHM(i) tk_shm[(i)]
+
+#define TK_AT(k, i) (tk_pc.w[k] + (i))
+#define LDF(k, i) tk_f##k.v[TK_AT(k, i)]
+#define STF(k, i, x) (tk_f##k.v[TK_AT(k, i)] = (x))
+#define LDI(k, i) tk_i##k.v[TK_AT(k, i)]
+#define STI(k, i, x) (tk_i##k.v[TK_AT(k, i)] = (x))
+#define LDB(k, i) int(tk_b##k.v[TK_AT(k, i)])
+#define STB(k, i, x) (tk_b##k.v[TK_AT(k, i)] = uint8_t(x))
+#define LDL(k, i) tk_i##k.v[2 * TK_AT(k, i)]
+#define STL(k, i, x) tk_stl_##k(TK_AT(k, i), (x))
+
+#define TO_F(x) float(x)
+#define TO_I(x) int(x)
+#define TO_U(x) uint(x)
+#define AS_F(x) intBitsToFloat(int(x))
+#define AS_I(x) floatBitsToInt(x)
+#define AS_U(x) floatBitsToUint(x)
+#define FABS(x) abs(x)
+#define RSQRT(x) inversesqrt(x)
+#define MULHI_U(a, b) tk_mulhi((a), (b))
+#define UNROLL [[unroll]]
+
+uint tk_mulhi(uint a, uint b) {
+  uint hi, lo;
+  umulExtended(a, b, hi, lo);
+  return hi;
+}
+
+// i64 stores: the low word and its sign extension.
+#define TK_STL(k)                    \
+  void tk_stl_##k(int at, int x) {   \
+    tk_i##k.v[2 * at] = x;           \
+    tk_i##k.v[2 * at + 1] = x >> 31; \
+  }
+TK_STL(0)
+TK_STL(1)
+TK_STL(2)
+TK_STL(3)
+TK_STL(4)
+TK_STL(5)
+TK_STL(6)
+TK_STL(7)
+
+// The body of KERNEL runs for work-groups below NGROUPS only (the grid is rounded up).
+#define KERNEL                        \
+  void tk_body();                     \
+  void main() {                       \
+    if (GROUP >= NGROUPS) return;     \
+    tk_body();                        \
+  }                                   \
+  void tk_body()
+
+#include "common.tk"

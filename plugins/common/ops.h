@@ -1,0 +1,20 @@
+// The groups of portable ops (portable.h): each ops_*.cpp adds its ops to the table that both GPU
+// plugins install. A new group declares its function here and calls it from portable_ops().
+#pragma once
+
+#include "portable.h"
+
+namespace tessera::common {
+
+// The first ops, moved here from the plugins' own kernels.
+void add_base_ops(PortableOps& ops);
+
+// --- tensor API: casts, factories, indexing ---
+
+// --- element-wise math, comparisons, selection ---
+
+// --- reductions, normalisation, losses, optimizers ---
+
+// --- nn: batched matmul, embedding, pooling, attention ---
+
+}  // namespace tessera::common

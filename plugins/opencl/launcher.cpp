@@ -1,0 +1,49 @@
+// The OpenCL half of the portable kernel layer (../common/portable.h): a portable kernel is the
+// program prelude.cl + common.tk + NAME.tk built with -DV0..-DV3, entry point tk_main, taking
+// eight buffers, the parameter words as one struct and the shared scratch as a __local argument.
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "opencl.h"
+
+namespace tessera::opencl {
+
+OpenclLauncher::OpenclLauncher(Device& device, Context& ctx, common::GpuTraits traits)
+    : device_(device), ctx_(ctx), traits_(traits) {}
+
+void OpenclLauncher::launch(const common::Launch& l) {
+  const auto v = l.variant();
+  const std::string options =
+      fmt::format("{} -DV0={} -DV1={} -DV2={} -DV3={}", ctx_.options, v[0], v[1], v[2], v[3]);
+  struct Params {
+    cl_int w[32];
+  } params{};
+  const auto words = l.words();
+  std::memcpy(params.w, words.data(), words.size_bytes());
+  params.w[common::kWordsOffset - 1] = static_cast<cl_int>(l.group_count());
+
+  std::lock_guard lock(ctx_.launch_mu);
+  const cl_kernel k = ctx_.programs.kernel(fmt::format("{}.tk", l.kernel()), "tk_main", options);
+  const auto bindings = l.bindings();
+  for (cl_uint b = 0; b < common::kMaxBindings; ++b) {
+    const Tensor& t = *bindings[b < bindings.size() ? b : 0].tensor;
+    const cl_mem mem = static_cast<const OpenclBuffer&>(t.buffer()).mem();
+    check(clSetKernelArg(k, b, sizeof mem, &mem), "clSetKernelArg", ctx_.queue.id());
+  }
+  check(clSetKernelArg(k, common::kMaxBindings, sizeof params, &params), "clSetKernelArg",
+        ctx_.queue.id());
+  const std::size_t shared = static_cast<std::size_t>(std::max(l.shared_floats(), 1)) * 4;
+  check(clSetKernelArg(k, common::kMaxBindings + 1, shared, nullptr), "clSetKernelArg",
+        ctx_.queue.id());
+  const auto grid = l.grid();
+  const auto group = static_cast<std::size_t>(l.group_size());
+  const std::size_t global[2] = {grid[0] * group, grid[1]};
+  const std::size_t local[2] = {group, 1};
+  check(clEnqueueNDRangeKernel(ctx_.queue.handle(), k, 2, nullptr, global, local, 0, nullptr,
+                               nullptr),
+        "clEnqueueNDRangeKernel", ctx_.queue.id());
+}
+
+}  // namespace tessera::opencl

@@ -1,0 +1,36 @@
+// The Vulkan half of the portable kernel layer (../common/portable.h): a portable kernel is the
+// SPIR-V module NAME.tk.spv, specialised with the work-group size (constant 0), the shared
+// scratch size (1) and V0..V3 (2..5); tensors are push descriptors, words push constants.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "vulkan.h"
+
+namespace tessera::vulkan {
+
+VulkanLauncher::VulkanLauncher(VulkanDevice& device, common::GpuTraits traits)
+    : device_(device), traits_(traits) {}
+
+Device& VulkanLauncher::device() {
+  return device_;
+}
+
+void VulkanLauncher::launch(const common::Launch& l) {
+  std::array<std::int32_t, 2 + common::kMaxVariants> spec{l.group_size(),
+                                                          std::max(l.shared_floats(), 1)};
+  std::copy(l.variant().begin(), l.variant().end(), spec.begin() + 2);
+  std::array<Binding, common::kMaxBindings> bindings{};
+  const auto b = l.bindings();
+  for (std::size_t i = 0; i < b.size(); ++i)
+    bindings[i] = {&static_cast<const VulkanBuffer&>(b[i].tensor->buffer()).allocation(),
+                   b[i].write, true};
+  // Kernels use bindings 0..n-1 only; the rest of the layout stays unwritten.
+  const std::string shader = fmt::format("{}.tk", l.kernel());
+  const VkPipeline p = device_.pipelines().get(shader, spec);
+  const auto grid = l.grid();
+  device_.vk_queue_object().dispatch(p, std::span(bindings.data(), b.size()), l.words(),
+                                     {grid[0], grid[1], 1});
+}
+
+}  // namespace tessera::vulkan
