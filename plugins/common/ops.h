@@ -9,6 +9,10 @@ namespace tessera::common {
 // The first ops, moved here from the plugins' own kernels.
 void add_base_ops(PortableOps& ops);
 
+// The bias step of an addmm call whose GEMM a plugin has just launched: output += bias on every
+// row, in place, with the portable add kernel.
+void bias_add(const OpCall& addmm, Launcher& l);
+
 // --- tensor API: casts, factories, indexing ---
 
 // --- element-wise math, comparisons, selection ---

@@ -1,4 +1,4 @@
-// Launch geometry of the first ops that moved into the portable layer.
+// Launch geometry of the first ops, moved into the portable layer from both GPU plugins.
 #include "geometry.h"
 #include "ops.h"
 
@@ -20,9 +20,163 @@ void unary(const OpCall& call, Launcher& l) {
       .run(y.numel());
 }
 
+// kOp: the V0 of kernels/binary.tk.
+template <int kOp>
+void binary(const OpCall& call, Launcher& l) {
+  const Tensor& y = call.out(0);
+  const Strided g = strided(y.shape(), call.inputs.data(), 2);
+  const bool flat = is_flat(g, 2);
+  Launch(l, "binary", {kOp, flat ? 1 : 0})
+      .in(call.in(0))
+      .in(call.in(1))
+      .out(y)
+      .i(g.n)
+      .i(g.rank)
+      .words(g.shape)
+      .words(g.stride[0])
+      .words(g.stride[1])
+      .run(flat ? (std::int64_t{g.n} + 3) / 4 : g.n);
+}
+
+void copy(const OpCall& call, Launcher& l) {
+  const Strided g = strided(call.in(0).shape(), call.inputs.data(), 1);
+  Launch(l, "copy", {0})
+      .in(call.in(0))
+      .out(call.out(0))
+      .i(g.n)
+      .i(g.rank)
+      .words(g.shape)
+      .words(g.stride[0])
+      .run(g.n);
+}
+
+void fill(const OpCall& call, Launcher& l) {
+  const Tensor& y = call.out(0);
+  Launch(l, "copy", {1}).out(y).out(y).i(y.numel()).i(fill_bits(call)).run(y.numel());
+}
+
+void dropout_mask(const OpCall& call, Launcher& l) {
+  const auto& a = call.attr<DropoutAttrs>();
+  const Tensor& y = call.out(0);
+  Launch(l, "copy", {2})
+      .out(y)
+      .out(y)
+      .i(y.numel())
+      .i(dropout_key(a.seed))
+      .f(a.p)
+      .f(1.0f / (1.0f - a.p))
+      .run(y.numel());
+}
+
+// The largest power of two <= 256 that the device runs as one work-group.
+std::int32_t reduce_group(const Launcher& l) {
+  std::int32_t g = 256;
+  while (g > l.traits().max_group_size) g /= 2;
+  return g;
+}
+
+// kOp: the V0 of kernels/reduce.tk.
+template <int kOp>
+void lines(const OpCall& call, Launcher& l) {
+  const bool backward = kOp == 5;  // max_backward: (grad, x)
+  const Tensor& x = backward ? call.in(1) : call.in(0);
+  const Tensor& y = call.out(0);
+  const AxisSplit sp = split_axis(x.shape(), call.attr<AxisAttrs>().axis);
+  const float scale = call.op == OpId::mean ? 1.0f / static_cast<float>(sp.n) : 1.0f;
+  if (kOp == 0 && group_per_row(sp)) {
+    const std::int32_t g = reduce_group(l);
+    Launch(l, "sum_rows").in(x).out(y).i(sp.n).f(scale).shared(g).group(g).groups(sp.outer);
+    return;
+  }
+  Launch(l, "reduce", {kOp})
+      .in(x)
+      .out(y)
+      .in(backward ? call.in(0) : x)
+      .i(sp.outer)
+      .i(sp.n)
+      .i(sp.inner)
+      .f(scale)
+      .run(std::int64_t{sp.outer} * sp.inner);
+}
+
+void max_pool2d(const OpCall& call, Launcher& l) {
+  Launch(l, "max_pool", {0})
+      .in(call.in(0))
+      .out(call.out(0))
+      .out(call.out(1))
+      .words(pool(call))
+      .run(call.out(0).numel());
+}
+
+void max_pool2d_backward(const OpCall& call, Launcher& l) {
+  Launch(l, "max_pool", {1})
+      .in(call.in(0))
+      .in(call.in(1))
+      .out(call.out(0))
+      .words(pool(call))
+      .run(call.out(0).numel());
+}
+
+void sgd_update(const OpCall& call, Launcher& l) {
+  const auto& a = call.attr<SgdAttrs>();
+  const Tensor& p = call.out(0);
+  Launch(l, "optim", {0})
+      .in(call.in(0))
+      .out(p)
+      .out(call.out(1))
+      .i(p.numel())
+      .f(a.lr)
+      .f(a.momentum)
+      .f(a.dampening)
+      .f(a.weight_decay)
+      .i(sgd_mode(a))
+      .run(p.numel());
+}
+
+void adam_update(const OpCall& call, Launcher& l) {
+  const auto& a = call.attr<AdamAttrs>();
+  const AdamStep s = adam_step(a);
+  const Tensor& p = call.out(0);
+  Launch(l, "optim", {1})
+      .in(call.in(0))
+      .out(p)
+      .out(call.out(1))
+      .out(call.out(2))
+      .i(p.numel())
+      .f(s.lr_corrected)
+      .f(a.beta1)
+      .f(a.beta2)
+      .f(a.eps)
+      .f(a.weight_decay)
+      .f(s.inv_bc2_sqrt)
+      .run(p.numel());
+}
+
 }  // namespace
 
+void bias_add(const OpCall& addmm, Launcher& l) {
+  binary<0>(bias_add_of(addmm), l);
+}
+
 void add_base_ops(PortableOps& ops) {
+  ops.add(OpId::add, binary<0>);
+  ops.add(OpId::sub, binary<1>);
+  ops.add(OpId::mul, binary<2>);
+  ops.add(OpId::div, binary<3>);
+  ops.add(OpId::copy, copy, four_byte_supports);
+  ops.add(OpId::fill, fill, four_byte_supports);
+  ops.add(OpId::dropout_mask, dropout_mask);
+  ops.add(OpId::sum, lines<0>);
+  ops.add(OpId::mean, lines<0>);
+  ops.add(OpId::max, lines<1>);
+  ops.add(OpId::argmax, lines<2>);
+  ops.add(OpId::softmax, lines<3>);
+  ops.add(OpId::log_softmax, lines<4>);
+  ops.add(OpId::max_backward, lines<5>);
+  ops.add(OpId::max_pool2d, max_pool2d);
+  ops.add(OpId::max_pool2d_backward, max_pool2d_backward);
+  ops.add(OpId::sgd_update, sgd_update);
+  ops.add(OpId::adam_update, adam_update);
   ops.add(OpId::add_scalar, unary<0>);
   ops.add(OpId::mul_scalar, unary<1>);
   ops.add(OpId::relu, unary<2>);

@@ -15,7 +15,7 @@ set(TESSERA_PORTABLE_SOURCES
   # --- nn: batched matmul, embedding, pooling, attention ---
 )
 set(TESSERA_PORTABLE_KERNELS
-  unary
+  binary copy max_pool optim reduce sum_rows unary
 
   # --- tensor API: casts, factories, indexing ---
 

@@ -159,6 +159,7 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   traits.max_shared_bytes = static_cast<std::int64_t>(local);
   traits.is_cpu = info_.type == DeviceType::cpu;
   launcher_ = std::make_unique<OpenclLauncher>(*this, *ctx_, traits);
+  ctx_->launcher = launcher_.get();
   common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), {} compute units", id, info_.name, platform_name, info_.compute_units);
 }

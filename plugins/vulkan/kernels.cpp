@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "../common/geometry.h"
+#include "../common/ops.h"
 #include "vulkan.h"
 
 namespace tessera::vulkan {
@@ -81,107 +82,7 @@ class Dispatch {
 
 using VulkanKernel = FunctionKernel<VulkanDevice>;
 
-// --- element-wise ---
-
-template <int kOp>
-void binary(const OpCall& call, VulkanDevice& dev) {
-  const Tensor& y = call.out(0);
-  const common::Strided g = common::strided(y.shape(), call.inputs.data(), 2);
-  const bool flat = common::is_flat(g, 2);
-  const bool vec4 =
-      flat && common::multiples_of_4({g.n, call.in(0).offset(), call.in(1).offset(), y.offset()});
-  Dispatch(dev, "binary", {kOp, flat ? 0 : 1, vec4})
-      .in(call.in(0))
-      .in(call.in(1))
-      .out(y)
-      .offset(call.in(0))
-      .offset(call.in(1))
-      .offset(y)
-      .i(g.n)
-      .i(g.rank)
-      .words(g.shape)
-      .words(g.stride[0])
-      .words(g.stride[1])
-      .run(vec4 ? g.n / 4 : g.n);
-}
-
-void copy(const OpCall& call, VulkanDevice& dev) {
-  const common::Strided g = common::strided(call.in(0).shape(), call.inputs.data(), 1);
-  Dispatch(dev, "copy", {0})
-      .in(call.in(0))
-      .out(call.out(0))
-      .offset(call.in(0))
-      .offset(call.out(0))
-      .i(g.n)
-      .i(g.rank)
-      .words(g.shape)
-      .words(g.stride[0])
-      .run(g.n);
-}
-
-void fill(const OpCall& call, VulkanDevice& dev) {
-  const Tensor& y = call.out(0);
-  Dispatch(dev, "copy", {1})
-      .out(y)
-      .unused()
-      .i(0)
-      .offset(y)
-      .i(y.numel())
-      .i(static_cast<std::int32_t>(common::fill_bits(call)))
-      .run(y.numel());
-}
-
-void dropout_mask(const OpCall& call, VulkanDevice& dev) {
-  const auto& a = call.attr<DropoutAttrs>();
-  const Tensor& y = call.out(0);
-  Dispatch(dev, "copy", {2})
-      .out(y)
-      .unused()
-      .i(0)
-      .offset(y)
-      .i(y.numel())
-      .i(static_cast<std::int32_t>(dropout_key(a.seed)))
-      .f(a.p)
-      .f(1.0f / (1.0f - a.p))
-      .run(y.numel());
-}
-
-// --- reductions ---
-
-template <int kOp>
-void lines(const OpCall& call, VulkanDevice& dev) {
-  const bool backward = kOp == 5;  // max_backward: (grad, x)
-  const Tensor& x = backward ? call.in(1) : call.in(0);
-  const Tensor& y = call.out(0);
-  const auto sp = common::split_axis(x.shape(), call.attr<AxisAttrs>().axis);
-  const float scale = call.op == OpId::mean ? 1.0f / static_cast<float>(sp.n) : 1.0f;
-  if (kOp == 0 && common::group_per_row(sp)) {
-    Dispatch(dev, "reduce_group", {0})
-        .in(x)
-        .out(y)
-        .unused()
-        .offset(x)
-        .offset(y)
-        .i(sp.n)
-        .f(scale)
-        .groups(sp.outer);
-    return;
-  }
-  Dispatch d(dev, "reduce", {kOp});
-  d.in(x).out(y);
-  if (backward)
-    d.in(call.in(0));
-  else
-    d.unused();
-  d.offset(x)
-      .offset(y)
-      .i(sp.outer)
-      .i(sp.n)
-      .i(sp.inner)
-      .f(scale)
-      .i(backward ? offset_of(call.in(0)) : 0)
-      .run(std::int64_t{sp.outer} * sp.inner);
-}
+// --- losses ---
 
 void cross_entropy(const OpCall& call, VulkanDevice& dev) {
   Dispatch(dev, "reduce_group", {1})
@@ -232,7 +133,7 @@ void matmul(const OpCall& call, VulkanDevice& dev) {
 // add would be; a bias epilogue in the GEMM shader is the next step).
 void addmm(const OpCall& call, VulkanDevice& dev) {
   matmul(call, dev);
-  binary<0>(common::bias_add_of(call), dev);
+  common::bias_add(call, dev.launcher());
 }
 
 // kOp 0 conv2d (x, w) -> y, 1 conv2d_backward_input (gy, w) -> dx: one invocation per output.
@@ -262,75 +163,6 @@ void conv2d_backward_weight(const OpCall& call, VulkanDevice& dev) {
       .groups(call.out(0).numel());
 }
 
-void max_pool2d(const OpCall& call, VulkanDevice& dev) {
-  Dispatch(dev, "nn", {2})
-      .in(call.in(0))
-      .unused()
-      .out(call.out(0))
-      .out(call.out(1))
-      .offset(call.in(0))
-      .offset(call.out(1))
-      .offset(call.out(0))
-      .words(common::pool(call))
-      .run(call.out(0).numel());
-}
-
-void max_pool2d_backward(const OpCall& call, VulkanDevice& dev) {
-  Dispatch(dev, "nn", {3})
-      .in(call.in(0))
-      .in(call.in(1))
-      .out(call.out(0))
-      .unused()
-      .offset(call.in(0))
-      .offset(call.in(1))
-      .offset(call.out(0))
-      .words(common::pool(call))
-      .run(call.out(0).numel());
-}
-
-// --- optimizers ---
-
-void sgd_update(const OpCall& call, VulkanDevice& dev) {
-  const auto& a = call.attr<SgdAttrs>();
-  Dispatch(dev, "optim", {0})
-      .in(call.in(0))
-      .out(call.out(0))
-      .out(call.out(1))
-      .unused()
-      .offset(call.in(0))
-      .offset(call.out(0))
-      .offset(call.out(1))
-      .i(call.out(0).numel())
-      .f(a.lr)
-      .f(a.momentum)
-      .f(a.dampening)
-      .f(a.weight_decay)
-      .i(common::sgd_mode(a))
-      .run(call.out(0).numel());
-}
-
-void adam_update(const OpCall& call, VulkanDevice& dev) {
-  const auto& a = call.attr<AdamAttrs>();
-  const common::AdamStep s = common::adam_step(a);
-  Dispatch(dev, "optim", {1})
-      .in(call.in(0))
-      .out(call.out(0))
-      .out(call.out(1))
-      .out(call.out(2))
-      .offset(call.in(0))
-      .offset(call.out(0))
-      .offset(call.out(1))
-      .i(call.out(0).numel())
-      .f(s.lr_corrected)
-      .f(a.beta1)
-      .f(a.beta2)
-      .f(a.eps)
-      .f(a.weight_decay)
-      .f(s.inv_bc2_sqrt)
-      .offset(call.out(2))
-      .run(call.out(0).numel());
-}
-
 }  // namespace
 
 void register_kernels(KernelTable& t, VulkanDevice& dev) {
@@ -340,29 +172,11 @@ void register_kernels(KernelTable& t, VulkanDevice& dev) {
   };
   set(OpId::matmul, matmul);
   set(OpId::addmm, addmm);
-  set(OpId::add, binary<0>);
-  set(OpId::sub, binary<1>);
-  set(OpId::mul, binary<2>);
-  set(OpId::div, binary<3>);
-  set(OpId::sum, lines<0>);
-  set(OpId::mean, lines<0>);
-  set(OpId::max, lines<1>);
-  set(OpId::argmax, lines<2>);
-  set(OpId::softmax, lines<3>);
-  set(OpId::log_softmax, lines<4>);
-  set(OpId::max_backward, lines<5>);
   set(OpId::cross_entropy, cross_entropy);
   set(OpId::cross_entropy_backward, cross_entropy_backward);
   set(OpId::conv2d, conv<0>);
   set(OpId::conv2d_backward_input, conv<1>);
   set(OpId::conv2d_backward_weight, conv2d_backward_weight);
-  set(OpId::max_pool2d, max_pool2d);
-  set(OpId::max_pool2d_backward, max_pool2d_backward);
-  set(OpId::copy, copy, common::four_byte_supports);
-  set(OpId::fill, fill, common::four_byte_supports);
-  set(OpId::sgd_update, sgd_update);
-  set(OpId::adam_update, adam_update);
-  set(OpId::dropout_mask, dropout_mask);
 }
 
 }  // namespace tessera::vulkan

@@ -225,6 +225,7 @@ class VulkanDevice final : public Device {
   VulkanQueue& vk_queue_object() { return *queue_; }
   Pipelines& pipelines() { return *pipelines_; }
   const GemmTiles& tiles() const { return tiles_; }
+  common::Launcher& launcher() { return *launcher_; }
   // The largest buffer a kernel can bind: the smaller of maxStorageBufferRange and
   // maxMemoryAllocationSize, and which of the two it is.
   VkDeviceSize max_buffer() const { return max_buffer_; }
