@@ -9,6 +9,28 @@ namespace tessera::oracle {
 namespace tt = tessera::train;
 using tt::Variable;
 
+namespace {
+
+// One optimizer step on copies of (param, grad, state...): the change of the parameter (the
+// parameter itself would hide the step's error in its own magnitude).
+Variable sgd_step(const Vars& x) {
+  Tensor p = copy(x[0].value()), buf = copy(x[2].value());
+  sgd_update_(p, x[1].value(), buf, SgdAttrs{0.1f, 0.9f, 0, 0.01f, false, false});
+  return Variable(sub(p, x[0].value()));
+}
+
+Variable adam_step(const Vars& x) {
+  AdamAttrs a;
+  a.lr = 0.1f;
+  a.weight_decay = 0.1f;
+  a.step = 3;
+  Tensor p = copy(x[0].value()), m = copy(x[2].value()), v = copy(x[3].value());
+  adam_update_(p, x[1].value(), m, v, a);
+  return Variable(sub(p, x[0].value()));
+}
+
+}  // namespace
+
 std::vector<Case> base_cases() {
   return {
       // --- matmul, addmm, linear ---
@@ -154,6 +176,16 @@ std::vector<Case> base_cases() {
        OpId::dropout_mask,
        {randn({64, 64})},
        [](const Vars& x) { return tt::dropout(x[0], 0.3f, 1234); }},
+
+      // --- optimizer steps (torch.optim's own step from the same state) ---
+      {"sgd_step",
+       OpId::sgd_update,
+       {constant({6, 5}), constant({6, 5}), constant({6, 5})},
+       sgd_step},
+      {"adam_step",
+       OpId::adam_update,
+       {constant({6, 5}), constant({6, 5}), constant({6, 5}), {{6, 5}, Draw::positive, 0, false}},
+       adam_step},
 
       // --- views and copies ---
       {"reshape",

@@ -69,6 +69,19 @@ def dropout_ref(x, seen, p=0.3):
     return torch.where(keep, x / (1 - p), torch.zeros_like(x))
 
 
+def optimizer_step(make, state):
+    """The change of the parameter in one step of the torch.optim optimizer make([q]) from
+    |state| (torch's own state dict of q)."""
+    def step(p, g, *buffers):
+        q = p.detach().clone()
+        q.grad = g.detach().clone()
+        opt = make([q])
+        opt.state[q] = state(*(b.detach().clone() for b in buffers))
+        opt.step()
+        return q.detach() - p.detach()
+    return step
+
+
 # One entry per case of tests/oracle/cases*.cpp, under the same name. Tolerances are on the
 # normalised error of Tessera's f32 against torch's f64; integer outputs are compared exactly.
 CASES = {
@@ -115,6 +128,13 @@ CASES = {
     "max_pool2d": Ref(lambda x: F.max_pool2d(x, 2)),
     "max_pool2d_k3_s2": Ref(lambda x: F.max_pool2d(x, 3, stride=2)),
     "dropout": Ref(dropout_ref, seen=True),
+    # --- optimizer steps: the state of a third step (step 3, two steps taken) ---
+    "sgd_step": Ref(optimizer_step(
+        lambda q: torch.optim.SGD(q, lr=0.1, momentum=0.9, weight_decay=0.01),
+        lambda buf: {"momentum_buffer": buf})),
+    "adam_step": Ref(optimizer_step(
+        lambda q: torch.optim.Adam(q, lr=0.1, weight_decay=0.1),
+        lambda m, v: {"step": torch.tensor(2.0), "exp_avg": m, "exp_avg_sq": v}), tol=1e-4),
     # --- views and copies ---
     "reshape": Ref(lambda x: x.reshape(2, 3, 4)),
     "transpose_copy": Ref(lambda x: x.t().contiguous()),
@@ -207,6 +227,12 @@ def main():
             if failed:
                 failures.append((worst, line))
         counts["FAIL" if failed else "ok"] += 1
+        print(line)
+    for op in manifest.get("uncovered_ops", []):
+        line = (f"FAIL op {op}: no case of the oracle calls it (add one to oracle.h's table, or "
+                f"say why it needs none in main.cpp's not_cased)")
+        failures.append((math.inf, line))
+        counts["FAIL"] += 1
         print(line)
     for name in sorted(set(CASES) - ran):
         line = f"FAIL {name}: in CASES but tessera_oracle ran no such case (add it to oracle.h's table)"
