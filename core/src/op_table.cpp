@@ -257,6 +257,28 @@ constexpr OpDef kOps[] = {
     // --- tensor API: casts, factories, indexing ---
 
     // --- element-wise math, comparisons, selection ---
+    {OpId::neg, "neg", 1, 1, false, false, true, infer_numeric_unary},
+    {OpId::abs, "abs", 1, 1, false, false, true, infer_numeric_unary},
+    {OpId::sign, "sign", 1, 1, false, false, false, infer_numeric_unary},
+    {OpId::sqrt, "sqrt", 1, 1, false, false, true, infer_float_unary},
+    {OpId::rsqrt, "rsqrt", 1, 1, false, false, true, infer_float_unary},
+    {OpId::pow, "pow", 1, 1, false, false, true, infer_float_unary},
+    {OpId::clamp, "clamp", 1, 1, false, false, true, infer_numeric_unary},
+    {OpId::gelu, "gelu", 1, 1, false, false, true, infer_gelu},
+    {OpId::gelu_backward, "gelu_backward", 2, 1, false, false, false, infer_gelu_backward},
+    {OpId::silu, "silu", 1, 1, false, false, true, infer_float_unary},
+    {OpId::silu_backward, "silu_backward", 2, 1, false, false, false, infer_pointwise_backward},
+    {OpId::erf, "erf", 1, 1, false, false, true, infer_float_unary},
+    {OpId::minimum, "minimum", 2, 1, true, false, true, infer_min_max},
+    {OpId::maximum, "maximum", 2, 1, true, false, true, infer_min_max},
+    {OpId::eq, "eq", 2, 1, true, false, false, infer_compare},
+    {OpId::ne, "ne", 2, 1, true, false, false, infer_compare},
+    {OpId::lt, "lt", 2, 1, true, false, false, infer_compare},
+    {OpId::le, "le", 2, 1, true, false, false, infer_compare},
+    {OpId::gt, "gt", 2, 1, true, false, false, infer_compare},
+    {OpId::ge, "ge", 2, 1, true, false, false, infer_compare},
+    {OpId::where, "where", 3, 1, true, false, true, infer_where},
+    {OpId::masked_fill, "masked_fill", 2, 1, true, false, true, infer_masked_fill},
 
     // --- reductions, normalisation, losses, optimizers ---
 

@@ -44,6 +44,21 @@ inline void require_spec(const OpCall& call, const TensorSpec& s, const Shape& w
 // --- tensor API: casts, factories, indexing ---
 
 // --- element-wise math, comparisons, selection ---
+// (rules_pointwise.cpp) Unary ops keep the shape and dtype of x: numeric (any dtype but bool) or
+// floating point (f32, f64, f16, bf16).
+void infer_numeric_unary(const OpCall& call, std::span<TensorSpec> out);
+void infer_float_unary(const OpCall& call, std::span<TensorSpec> out);
+void infer_gelu(const OpCall& call, std::span<TensorSpec> out);
+// (grad, x) of one shape and floating dtype -> that shape.
+void infer_pointwise_backward(const OpCall& call, std::span<TensorSpec> out);
+void infer_gelu_backward(const OpCall& call, std::span<TensorSpec> out);
+// (a, b) of one numeric dtype, broadcast: minimum/maximum keep the dtype, comparisons give bool.
+void infer_min_max(const OpCall& call, std::span<TensorSpec> out);
+void infer_compare(const OpCall& call, std::span<TensorSpec> out);
+// (cond bool, a, b) broadcast together; a and b of one dtype.
+void infer_where(const OpCall& call, std::span<TensorSpec> out);
+// (x, mask bool) broadcast together (torch.masked_fill broadcasts both).
+void infer_masked_fill(const OpCall& call, std::span<TensorSpec> out);
 
 // --- reductions, normalisation, losses, optimizers ---
 

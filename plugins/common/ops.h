@@ -16,6 +16,8 @@ void bias_add(const OpCall& addmm, Launcher& l);
 // --- tensor API: casts, factories, indexing ---
 
 // --- element-wise math, comparisons, selection ---
+// Element-wise math, comparisons, where and masked_fill (ops_pointwise.cpp).
+void add_pointwise_ops(PortableOps& ops);
 
 // --- reductions, normalisation, losses, optimizers ---
 

@@ -9,6 +9,7 @@ set(TESSERA_PORTABLE_SOURCES
   # --- tensor API: casts, factories, indexing ---
 
   # --- element-wise math, comparisons, selection ---
+  ${TESSERA_PORTABLE_DIR}/ops_pointwise.cpp
 
   # --- reductions, normalisation, losses, optimizers ---
 
@@ -20,6 +21,8 @@ set(TESSERA_PORTABLE_KERNELS
   # --- tensor API: casts, factories, indexing ---
 
   # --- element-wise math, comparisons, selection ---
+  pointwise_unary
+  pointwise_strided
 
   # --- reductions, normalisation, losses, optimizers ---
 

@@ -82,6 +82,7 @@ const PortableOps& portable_ops() {
     // --- tensor API: casts, factories, indexing ---
 
     // --- element-wise math, comparisons, selection ---
+    add_pointwise_ops(t);
 
     // --- reductions, normalisation, losses, optimizers ---
 

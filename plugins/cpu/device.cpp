@@ -98,6 +98,7 @@ CpuDevice::CpuDevice(Threads threads) : pool_(threads.count), ctx_{pool_, blas()
   // --- tensor API: casts, factories, indexing ---
 
   // --- element-wise math, comparisons, selection ---
+  register_pointwise(kernels_, ctx_);
 
   // --- reductions, normalisation, losses, optimizers ---
 

@@ -77,6 +77,7 @@ void register_optim(KernelTable& table, Context& ctx);
 // --- tensor API: casts, factories, indexing ---
 
 // --- element-wise math, comparisons, selection ---
+void register_pointwise(KernelTable& table, Context& ctx);
 
 // --- reductions, normalisation, losses, optimizers ---
 

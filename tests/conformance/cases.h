@@ -25,6 +25,9 @@ std::vector<Case> grad_cases();
 // --- tensor API: casts, factories, indexing ---
 
 // --- element-wise math, comparisons, selection ---
+// test_pointwise.cpp (values) and test_grad_pointwise.cpp (gradients).
+std::vector<Case> pointwise_cases();
+std::vector<Case> pointwise_grad_cases();
 
 // --- reductions, normalisation, losses, optimizers ---
 

@@ -100,6 +100,8 @@ int main(int argc, char** argv) {
     // --- tensor API: casts, factories, indexing ---
 
     // --- element-wise math, comparisons, selection ---
+    conformance::register_cases("Ops", d, conformance::pointwise_cases());
+    conformance::register_cases("Grad", d, conformance::pointwise_grad_cases());
 
     // --- reductions, normalisation, losses, optimizers ---
 

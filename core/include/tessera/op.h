@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -52,6 +53,28 @@ enum class OpId : std::uint16_t {
   // --- tensor API: casts, factories, indexing ---
 
   // --- element-wise math, comparisons, selection ---
+  neg,            // (x) -> -x
+  abs,            // (x) -> |x|
+  sign,           // (x) -> -1, 0 or 1 (0 for NaN, as torch 1.13)
+  sqrt,           // (x) -> sqrt x
+  rsqrt,          // (x) -> 1 / sqrt x
+  pow,            // (x) -> x^p for a scalar exponent p, ScalarAttrs (torch.pow(Tensor, Scalar))
+  clamp,          // (x) -> min(max(x, lo), hi), ClampAttrs
+  gelu,           // (x) -> x * Phi(x), GeluAttrs (erf or tanh form)
+  gelu_backward,  // (grad, x) -> grad * d gelu / dx, GeluAttrs
+  silu,           // (x) -> x * sigmoid(x)
+  silu_backward,  // (grad, x) -> grad * d silu / dx
+  erf,            // (x) -> erf x
+  minimum,        // (a, b) -> element-wise min, NaN if either is NaN; broadcast (strided inputs)
+  maximum,        // (a, b) -> element-wise max, NaN if either is NaN; broadcast (strided inputs)
+  eq,             // (a, b) -> bool mask a == b, broadcast (strided inputs)
+  ne,             // (a, b) -> bool mask a != b, broadcast (strided inputs)
+  lt,             // (a, b) -> bool mask a < b, broadcast (strided inputs)
+  le,             // (a, b) -> bool mask a <= b, broadcast (strided inputs)
+  gt,             // (a, b) -> bool mask a > b, broadcast (strided inputs)
+  ge,             // (a, b) -> bool mask a >= b, broadcast (strided inputs)
+  where,          // (cond bool, a, b) -> cond ? a : b, all three broadcast (strided inputs)
+  masked_fill,    // (x, mask bool) -> mask ? value : x, broadcast (strided inputs), ScalarAttrs
 
   // --- reductions, normalisation, losses, optimizers ---
 
@@ -112,8 +135,22 @@ struct DropoutAttrs {
   std::uint64_t seed = 0;
 };
 
+// clamp: min(max(x, min), max), as torch.clamp (an absent bound is infinite; min > max gives max
+// everywhere; NaN stays NaN).
+struct ClampAttrs {
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+};
+// gelu and gelu_backward: the exact form x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)), or the tanh
+// approximation x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), as torch.nn.functional.gelu's
+// approximate="none" / "tanh".
+enum class GeluApproximate : std::uint8_t { none, tanh };
+struct GeluAttrs {
+  GeluApproximate approximate = GeluApproximate::none;
+};
+
 using OpAttrs = std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2dAttrs, Pool2dAttrs,
-                             SgdAttrs, AdamAttrs, DropoutAttrs>;
+                             SgdAttrs, AdamAttrs, DropoutAttrs, ClampAttrs, GeluAttrs>;
 
 // The counter-based random number behind dropout_mask, written with 32-bit integer operations
 // only so that a GLSL or OpenCL kernel computes the same value: a uniform float in [0, 1) with

@@ -3,6 +3,8 @@
 // one device; results stay on it, even when the op ran on a fallback device.
 #pragma once
 
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "tessera/op.h"
@@ -66,6 +68,59 @@ void adam_update_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
 // --- tensor API: casts, factories, indexing ---
 
 // --- element-wise math, comparisons, selection ---
+// (ops_pointwise.cpp) Named and ordered as torch's functions. Unary ops keep shape and dtype; the
+// binary ones broadcast as add does. A bool input of a math op, an integer input of sqrt, rsqrt,
+// pow, gelu, silu or erf, operands of different dtypes and shapes that do not broadcast throw
+// InvalidArgument naming the op and the shapes/dtypes; kernels run f32 (another dtype on a device
+// without it is UnsupportedOperation).
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+// -1, 0 or 1 by the sign of x; 0 for NaN (as torch 1.13).
+Tensor sign(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+// 1 / sqrt(x), as torch.rsqrt.
+Tensor rsqrt(const Tensor& x);
+// x^exponent, torch.pow(Tensor, Scalar): a negative x with a non-integer exponent gives NaN,
+// 0^negative gives inf, anything^0 gives 1.
+Tensor pow(const Tensor& x, double exponent);
+// min(max(x, min), max) as torch.clamp: either bound may be absent (not both: InvalidArgument);
+// min > max gives max everywhere; NaN stays NaN. clamp_min/clamp_max are the one-sided forms.
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
+Tensor clamp_min(const Tensor& x, double min);
+Tensor clamp_max(const Tensor& x, double max);
+// torch.nn.functional.gelu: approximate "none" (x * Phi(x), through erf) or "tanh"; another
+// string throws InvalidArgument. gelu_backward(grad, x, approximate) is grad * gelu'(x).
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view approximate = "none");
+// torch.nn.functional.silu: x * sigmoid(x); silu_backward(grad, x) is grad * silu'(x).
+Tensor silu(const Tensor& x);
+Tensor silu_backward(const Tensor& grad, const Tensor& x);
+Tensor erf(const Tensor& x);
+// Element-wise min / max of a and b, broadcast; NaN when either is NaN (torch.minimum/maximum).
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+// Comparisons, broadcast, giving bool masks (DType::boolean, one byte 0/1). NaN compares unequal
+// to everything. The scalar forms compare with |b| converted to a's dtype (as torch.lt(x, 0.5)).
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+// cond ? a : b element by element, all three broadcast together (torch.where(cond, a, b)); cond
+// must be bool. The scalar forms take the scalar in the tensor operand's dtype.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, double b);
+Tensor where(const Tensor& cond, double a, const Tensor& b);
+// x with |value| where the bool |mask| is true; x and mask broadcast together (the result has
+// their broadcast shape, as torch.masked_fill).
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
 // --- reductions, normalisation, losses, optimizers ---
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "tessera/op.h"
@@ -115,6 +117,26 @@ Variable dropout(const Variable& x, float p, std::uint64_t seed);
 // --- tensor API: casts, factories, indexing ---
 
 // --- element-wise math, comparisons, selection ---
+// (autograd_pointwise.cpp) Differentiable forms of the element-wise ops of ops.h, with PyTorch's
+// gradients: abs' = sign(x) (0 at 0); clamp passes the gradient where min <= x <= max; pow's
+// gradient is 0 for exponent 0; minimum/maximum give the gradient to the smaller/larger operand
+// and half to each on ties; where gives it to a where cond holds and to b elsewhere; masked_fill
+// gives it to x where the mask is false. Gradients of broadcast operands are summed to their
+// shapes. Masks (cond, mask) are plain tensors: they get no gradient.
+Variable neg(const Variable& x);
+Variable abs(const Variable& x);
+Variable sqrt(const Variable& x);
+Variable rsqrt(const Variable& x);
+Variable pow(const Variable& x, double exponent);
+Variable clamp(const Variable& x, std::optional<double> min,
+               std::optional<double> max = std::nullopt);
+Variable gelu(const Variable& x, std::string_view approximate = "none");
+Variable silu(const Variable& x);
+Variable erf(const Variable& x);
+Variable minimum(const Variable& a, const Variable& b);
+Variable maximum(const Variable& a, const Variable& b);
+Variable where(const Tensor& cond, const Variable& a, const Variable& b);
+Variable masked_fill(const Variable& x, const Tensor& mask, double value);
 
 // --- reductions, normalisation, losses, optimizers ---
 
