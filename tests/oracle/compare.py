@@ -138,6 +138,31 @@ CASES = {
     # --- views and copies ---
     "reshape": Ref(lambda x: x.reshape(2, 3, 4)),
     "transpose_copy": Ref(lambda x: x.t().contiguous()),
+    # --- element-wise math, comparisons, selection (cases_pointwise.cpp) ---
+    "neg": Ref(torch.neg),
+    "abs": Ref(torch.abs),
+    "sign": Ref(torch.sign),
+    "sqrt": Ref(torch.sqrt),
+    "rsqrt": Ref(torch.rsqrt),
+    "pow_3": Ref(lambda x: torch.pow(x, 3.0)),
+    "pow_half": Ref(lambda x: torch.pow(x, 0.5)),
+    "clamp": Ref(lambda x: torch.clamp(x, -0.5, 0.7)),
+    "clamp_min": Ref(lambda x: torch.clamp(x, min=0.1)),
+    "gelu": Ref(F.gelu),
+    "gelu_tanh": Ref(lambda x: F.gelu(x, approximate="tanh")),
+    "silu": Ref(F.silu),
+    "erf": Ref(torch.erf),
+    "minimum": Ref(torch.minimum),
+    "maximum_broadcast": Ref(torch.maximum),
+    "lt": Ref(torch.lt),
+    "ge_broadcast": Ref(torch.ge),
+    "gt_scalar": Ref(lambda x: x > 0.25),
+    "eq_view": Ref(lambda x: x == x.t()),
+    "ne_view": Ref(lambda x: x != x.t()),
+    "le_scalar": Ref(lambda x: x <= -0.1),
+    "where": Ref(lambda c, a, b: torch.where(c > 0, a, b)),
+    "where_broadcast": Ref(lambda c, a, b: torch.where(c > 0, a, b)),
+    "masked_fill": Ref(lambda c, x: x.masked_fill(c > 0, -2.5)),
 }
 
 

@@ -36,6 +36,10 @@ namespace {
 
 std::vector<Case> all_cases() {
   std::vector<Case> all = base_cases();
+  for (auto group : {pointwise_cases}) {
+    std::vector<Case> more = group();
+    all.insert(all.end(), more.begin(), more.end());
+  }
   return all;
 }
 

@@ -55,5 +55,6 @@ struct Case {
 
 // The table, in groups (cases.cpp; one file per group of ops as it grows).
 std::vector<Case> base_cases();
+std::vector<Case> pointwise_cases();  // cases_pointwise.cpp
 
 }  // namespace tessera::oracle
