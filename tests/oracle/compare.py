@@ -24,7 +24,7 @@ except ImportError as e:
              "scripts/test.sh; TESSERA_TEST_TORCH_PYTHON names another Python")
 
 DTYPES = {"F32": torch.float32, "F64": torch.float64, "I32": torch.int32, "U8": torch.uint8,
-          "I64": torch.int64}
+          "I64": torch.int64, "BOOL": torch.bool}
 
 
 def read_safetensors(path):

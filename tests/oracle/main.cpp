@@ -82,6 +82,13 @@ Tensor draw(const Input& in, std::mt19937& rng, Device& dev) {
     for (auto& x : v) x = d(rng);
     return Tensor::from<std::int32_t>(v, in.shape, &dev);
   }
+  if (in.draw == Draw::labels64) {
+    std::uniform_int_distribution<std::int64_t> d(0, in.classes - 1);
+    std::vector<std::int64_t> v(n);
+    for (auto& x : v) x = d(rng);
+    return Tensor::from_bytes(v.data(), v.size() * sizeof(std::int64_t), in.shape, DType::i64,
+                              &dev);
+  }
   std::vector<float> v(n);
   if (in.draw == Draw::positive) {
     std::uniform_real_distribution<float> d(0.5f, 2.0f);

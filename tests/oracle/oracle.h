@@ -18,12 +18,13 @@ enum class Draw {
   normal,    // f32 N(0, 1)
   positive,  // f32 uniform [0.5, 2): log, sqrt, divisors
   labels,    // i32 uniform [0, classes)
+  labels64,  // i64 uniform [0, classes)
 };
 
 struct Input {
   Shape shape;
   Draw draw = Draw::normal;
-  int classes = 0;   // Draw::labels only
+  int classes = 0;   // Draw::labels and labels64 only
   bool grad = true;  // a leaf that requires grad (f32 inputs only)
 };
 
@@ -39,6 +40,9 @@ inline Input constant(Shape s) {
 }
 inline Input labels(Shape s, int classes) {
   return {std::move(s), Draw::labels, classes, false};
+}
+inline Input labels64(Shape s, int classes) {
+  return {std::move(s), Draw::labels64, classes, false};
 }
 
 using Vars = std::vector<train::Variable>;
