@@ -284,6 +284,12 @@ constexpr OpDef kOps[] = {
 
     // --- nn: batched matmul, embedding, pooling, attention ---
 
+    // attention
+    {OpId::scaled_dot_product_attention, "scaled_dot_product_attention", 3, 2, false, false, true,
+     infer_attention},
+    {OpId::scaled_dot_product_attention_backward, "scaled_dot_product_attention_backward", 6, 3,
+     false, false, false, infer_attention_backward},
+
 };
 static_assert(std::size(kOps) == kNumOps, "one OpDef per OpId");
 constexpr bool in_id_order() {

@@ -64,4 +64,13 @@ void infer_masked_fill(const OpCall& call, std::span<TensorSpec> out);
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 
+// attention
+// scaled_dot_product_attention: q [...,L,E], k [...,S,E], v [...,S,Ev] (rank >= 2, the same
+// leading dims, f32) -> out [...,L,Ev], lse [...,L]; dropout_p in [0, 1), and with dropout the
+// [...,L,S] probabilities within the 2^32 indices of dropout_uniform.
+void infer_attention(const OpCall& call, std::span<TensorSpec> out);
+// scaled_dot_product_attention_backward: (grad_out, q, k, v, out, lse) -> (grad_q, grad_k,
+// grad_v) of q's, k's and v's shapes; grad_out and out [...,L,Ev], lse [...,L].
+void infer_attention_backward(const OpCall& call, std::span<TensorSpec> out);
+
 }  // namespace tessera::rules

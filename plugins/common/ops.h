@@ -23,4 +23,7 @@ void add_pointwise_ops(PortableOps& ops);
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 
+// attention
+void add_attention_ops(PortableOps& ops);
+
 }  // namespace tessera::common

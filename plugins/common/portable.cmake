@@ -14,6 +14,8 @@ set(TESSERA_PORTABLE_SOURCES
   # --- reductions, normalisation, losses, optimizers ---
 
   # --- nn: batched matmul, embedding, pooling, attention ---
+  # attention
+  ${TESSERA_PORTABLE_DIR}/ops_attention.cpp
 )
 set(TESSERA_PORTABLE_KERNELS
   binary copy max_pool optim reduce sum_rows unary
@@ -27,6 +29,11 @@ set(TESSERA_PORTABLE_KERNELS
   # --- reductions, normalisation, losses, optimizers ---
 
   # --- nn: batched matmul, embedding, pooling, attention ---
+  # attention
+  attention_fwd
+  attention_delta
+  attention_bwd_kv
+  attention_bwd_q
 )
 set(TESSERA_PORTABLE_PRELUDE
   ${TESSERA_PORTABLE_DIR}/kernels/prelude.glsl ${TESSERA_PORTABLE_DIR}/kernels/prelude.cl

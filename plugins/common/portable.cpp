@@ -88,6 +88,9 @@ const PortableOps& portable_ops() {
 
     // --- nn: batched matmul, embedding, pooling, attention ---
 
+    // attention
+    add_attention_ops(t);
+
     return t;
   }();
   return table;

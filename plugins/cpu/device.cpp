@@ -104,6 +104,8 @@ CpuDevice::CpuDevice(Threads threads) : pool_(threads.count), ctx_{pool_, blas()
 
   // --- nn: batched matmul, embedding, pooling, attention ---
 
+  // attention
+  register_attention(kernels_, ctx_);
 }
 
 }  // namespace tessera::cpu

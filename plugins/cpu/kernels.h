@@ -83,6 +83,8 @@ void register_pointwise(KernelTable& table, Context& ctx);
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 
+// attention
+void register_attention(KernelTable& table, Context& ctx);
 
 // Host pointers of a call's tensors (CPU buffers are host memory).
 template <typename T = float>

@@ -33,6 +33,9 @@ std::vector<Case> pointwise_grad_cases();
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 
+// attention
+std::vector<Case> attention_op_cases();
+std::vector<Case> attention_grad_cases();
 
 // Fresh random inputs on every run (the seed is printed by main.cpp for reproduction).
 std::mt19937& rng();

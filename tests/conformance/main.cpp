@@ -107,6 +107,10 @@ int main(int argc, char** argv) {
 
     // --- nn: batched matmul, embedding, pooling, attention ---
 
+    // attention
+    conformance::register_cases("Ops", d, conformance::attention_op_cases());
+    conformance::register_cases("Grad", d, conformance::attention_grad_cases());
+
     conformance::register_out_of_memory(d);
   }
   return RUN_ALL_TESTS();

@@ -42,6 +42,8 @@ class MockDevice : public Device {
     kernels_[static_cast<std::size_t>(op)] = std::move(k);
     return ref;
   }
+  // Takes the kernel for |op| away again.
+  void remove(OpId op) { kernels_[static_cast<std::size_t>(op)].reset(); }
 
  private:
   DeviceInfo info_;

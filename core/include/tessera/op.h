@@ -4,8 +4,10 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -80,6 +82,12 @@ enum class OpId : std::uint16_t {
 
   // --- nn: batched matmul, embedding, pooling, attention ---
 
+  // attention
+  // (q [...,L,E], k [...,S,E], v [...,S,Ev]) -> (out [...,L,Ev], lse [...,L]), AttentionAttrs
+  scaled_dot_product_attention,
+  // (grad_out, q, k, v, out, lse) -> (grad_q, grad_k, grad_v), AttentionAttrs
+  scaled_dot_product_attention_backward,
+
   num_ops_  // not an op: the number of ops
 };
 
@@ -149,8 +157,23 @@ struct GeluAttrs {
   GeluApproximate approximate = GeluApproximate::none;
 };
 
-using OpAttrs = std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2dAttrs, Pool2dAttrs,
-                             SgdAttrs, AdamAttrs, DropoutAttrs, ClampAttrs, GeluAttrs>;
+// attention
+// Scaled dot-product attention as torch.nn.functional.scaled_dot_product_attention: softmax(q k^T *
+// scale + causal mask) with dropout, times v. is_causal is torch's top-left aligned mask (query i
+// sees keys j <= i, for any L and S). No scale stands for torch's scale=None, 1/sqrt(E) (a kernel
+// reads attention_scale()). Dropout zeroes probability (i, j) of the row-major flat
+// [..., L, S] index n when dropout_uniform(seed, n) < dropout_p and scales the rest by
+// 1/(1-dropout_p), so every device drops the same entries.
+struct AttentionAttrs {
+  bool is_causal = false;
+  std::optional<float> scale;
+  float dropout_p = 0;
+  std::uint64_t seed = 0;
+};
+
+using OpAttrs =
+    std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2dAttrs, Pool2dAttrs, SgdAttrs,
+                 AdamAttrs, DropoutAttrs, ClampAttrs, GeluAttrs, AttentionAttrs>;
 
 // The counter-based random number behind dropout_mask, written with 32-bit integer operations
 // only so that a GLSL or OpenCL kernel computes the same value: a uniform float in [0, 1) with
@@ -173,10 +196,18 @@ inline float dropout_uniform(std::uint64_t seed, std::uint32_t index) {
   return static_cast<float>(dropout_hash(index ^ dropout_key(seed)) >> 8) * (1.0f / 16777216.0f);
 }
 
+// attention
+// The score scale of an attention call over head dimension |e|: attrs.scale, or 1/sqrt(e) when it
+// has none (torch's default).
+inline float attention_scale(const AttentionAttrs& attrs, std::int64_t e) {
+  if (attrs.scale) return *attrs.scale;
+  return e > 0 ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(e))) : 1.0f;
+}
+
 // One call of an op: the tensors and attributes a kernel sees. Inputs and outputs live on the
-// same device. Unless the op's definition says `strided_inputs`, every input is contiguous (it may
-// start at a non-zero offset). Outputs are always contiguous and already allocated; for in-place
-// ops (`inplace`) they hold the values to update.
+// same device. Unless the op's definition says `strided_inputs`, every input is contiguous (it
+// may start at a non-zero offset). Outputs are always contiguous and already allocated; for
+// in-place ops (`inplace`) they hold the values to update.
 struct OpCall {
   OpId op{};
   std::array<Tensor, kMaxOpInputs> inputs{};

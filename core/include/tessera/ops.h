@@ -3,6 +3,7 @@
 // one device; results stay on it, even when the op ran on a fallback device.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -125,5 +126,45 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 // --- reductions, normalisation, losses, optimizers ---
 
 // --- nn: batched matmul, embedding, pooling, attention ---
+
+// attention
+// torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=None,
+// dropout_p=0.0, is_causal=False, scale=None), without attn_mask (only the causal mask is
+// supported): softmax(query @ key^T * scale + mask) @ value, with dropout on the probabilities.
+// query [..., L, E], key [..., S, E], value [..., S, Ev] with the same leading dims (not
+// broadcast) -> [..., L, Ev]. is_causal is torch's top-left aligned mask (query i sees keys
+// j <= i); scale defaults to 1/sqrt(E). Dropout uses the counter-based mask of AttentionAttrs
+// (op.h) drawn from |seed|: the same entries on every device; vary the seed per step. One fused
+// kernel where the device has it (the probabilities are never stored). Throws InvalidArgument
+// naming the op and the shapes for mismatched shapes or dtypes, dropout_p outside [0, 1) or a
+// non-finite scale.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    double dropout_p = 0.0, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt,
+                                    std::uint64_t seed = 0);
+// The same attention composed of element-wise ops, softmax and reductions (the form of torch's
+// math backend, and the reference of the fused op): materialises the [..., L, S] scores, and the
+// [..., L, S, max(E, Ev)] products of the broadcast matmuls. Same arguments and errors.
+Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key,
+                                         const Tensor& value, double dropout_p = 0.0,
+                                         bool is_causal = false,
+                                         std::optional<double> scale = std::nullopt,
+                                         std::uint64_t seed = 0);
+// The op itself: (out [..., L, Ev], lse [..., L]), lse the natural log-sum-exp of each row of
+// the scaled, masked scores (before dropout), which the backward needs.
+std::pair<Tensor, Tensor> scaled_dot_product_attention_forward(const Tensor& query,
+                                                               const Tensor& key,
+                                                               const Tensor& value,
+                                                               const AttentionAttrs& attrs);
+struct AttentionGrads {
+  Tensor query, key, value;
+};
+// The gradients of scaled_dot_product_attention_forward given grad_out (the shape of out), from
+// the forward's inputs, out and lse (the probabilities are recomputed, never stored). The same
+// attrs as the forward (the same seed gives the same dropout mask).
+AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                     const Tensor& key, const Tensor& value,
+                                                     const Tensor& out, const Tensor& lse,
+                                                     const AttentionAttrs& attrs);
 
 }  // namespace tessera

@@ -142,4 +142,14 @@ Variable masked_fill(const Variable& x, const Tensor& mask, double value);
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 
+// attention
+// scaled_dot_product_attention (ops.h) with gradients for query, key and value: the backward is
+// the fused scaled_dot_product_attention_backward op, recomputing the probabilities from the
+// saved log-sum-exp (the same dropout mask, from the same seed).
+Variable scaled_dot_product_attention(const Variable& query, const Variable& key,
+                                      const Variable& value, double dropout_p = 0.0,
+                                      bool is_causal = false,
+                                      std::optional<double> scale = std::nullopt,
+                                      std::uint64_t seed = 0);
+
 }  // namespace tessera::train

@@ -1,0 +1,107 @@
+// The attention front-end: the fused op, its backward, and the composed (math) form.
+#include <limits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tessera/errors.h"
+#include "tessera/ops.h"
+
+namespace tessera {
+namespace {
+
+AttentionAttrs attention_attrs(double dropout_p, bool is_causal, std::optional<double> scale,
+                               std::uint64_t seed) {
+  AttentionAttrs a;
+  a.is_causal = is_causal;
+  if (scale) a.scale = static_cast<float>(*scale);
+  a.dropout_p = static_cast<float>(dropout_p);
+  a.seed = seed;
+  return a;
+}
+
+OpCall attention_call(OpId op, std::initializer_list<Tensor> inputs, const AttentionAttrs& attrs) {
+  OpCall call;
+  call.op = op;
+  call.num_inputs = static_cast<int>(inputs.size());
+  call.num_outputs = op_def(op).num_outputs;
+  int i = 0;
+  for (const Tensor& t : inputs) call.inputs[static_cast<std::size_t>(i++)] = t;
+  call.attrs = attrs;
+  return call;
+}
+
+// |s| with |tail| in place of its last |drop| dims.
+Shape reshaped(const Shape& s, int drop, std::initializer_list<std::int64_t> tail) {
+  Shape r;
+  for (int i = 0; i + drop < s.rank(); ++i) r.push_back(s[i]);
+  for (std::int64_t d : tail) r.push_back(d);
+  return r;
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> scaled_dot_product_attention_forward(const Tensor& query,
+                                                               const Tensor& key,
+                                                               const Tensor& value,
+                                                               const AttentionAttrs& attrs) {
+  OpCall call = attention_call(OpId::scaled_dot_product_attention, {query, key, value}, attrs);
+  run_op(call);
+  return {call.outputs[0], call.outputs[1]};
+}
+
+AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                     const Tensor& key, const Tensor& value,
+                                                     const Tensor& out, const Tensor& lse,
+                                                     const AttentionAttrs& attrs) {
+  OpCall call = attention_call(OpId::scaled_dot_product_attention_backward,
+                               {grad_out, query, key, value, out, lse}, attrs);
+  run_op(call);
+  return {call.outputs[0], call.outputs[1], call.outputs[2]};
+}
+
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    double dropout_p, bool is_causal, std::optional<double> scale,
+                                    std::uint64_t seed) {
+  return scaled_dot_product_attention_forward(query, key, value,
+                                              attention_attrs(dropout_p, is_causal, scale, seed))
+      .first;
+}
+
+Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key,
+                                         const Tensor& value, double dropout_p, bool is_causal,
+                                         std::optional<double> scale, std::uint64_t seed) {
+  const AttentionAttrs attrs = attention_attrs(dropout_p, is_causal, scale, seed);
+  {
+    // The fused op's shape rule checks the arguments, so both forms fail alike.
+    OpCall call = attention_call(OpId::scaled_dot_product_attention, {query, key, value}, attrs);
+    std::array<TensorSpec, 2> specs{};
+    op_def(call.op).infer(call, specs);
+  }
+  const std::int64_t l = query.dim(-2), s = key.dim(-2), e = query.dim(-1), ev = value.dim(-1);
+  Device* dev = &query.device();
+  // scores [..., L, S] = sum over E of q [..., L, 1, E] * k [..., 1, S, E]
+  Tensor scores = sum(mul(query.reshape(reshaped(query.shape(), 2, {l, 1, e})),
+                          key.reshape(reshaped(key.shape(), 2, {1, s, e}))),
+                      -1);
+  scores = mul_scalar(scores, attention_scale(attrs, e));
+  if (is_causal) {
+    std::vector<float> mask(static_cast<std::size_t>(l * s), 0.0f);
+    for (std::int64_t i = 0; i < l; ++i)
+      for (std::int64_t j = i + 1; j < s; ++j)
+        mask[static_cast<std::size_t>(i * s + j)] = -std::numeric_limits<float>::infinity();
+    scores = add(scores, Tensor::from(mask, Shape{l, s}, dev));
+  }
+  Tensor probs = softmax(scores, -1);
+  if (attrs.dropout_p > 0) {
+    Tensor mask = Tensor::empty(probs.shape(), probs.dtype(), dev);
+    dropout_mask_(mask, DropoutAttrs{attrs.dropout_p, attrs.seed});
+    probs = mul(probs, mask);
+  }
+  // out [..., L, Ev] = sum over S of p [..., L, S, 1] * v [..., 1, S, Ev]
+  return sum(mul(probs.reshape(reshaped(probs.shape(), 1, {s, 1})),
+                 value.reshape(reshaped(value.shape(), 2, {1, s, ev}))),
+             -2);
+}
+
+}  // namespace tessera

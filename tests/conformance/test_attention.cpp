@@ -1,0 +1,326 @@
+// Conformance of scaled dot-product attention: the fused op, its backward and the composed (math)
+// form against a float64 reference of the math form (scores, mask, softmax, dropout, matmul) on
+// fresh random inputs, and the gradients against finite differences.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "cases.h"
+#include "tessera/tessera.h"
+#include "tessera/train/autograd.h"
+
+using namespace tessera;
+using namespace tessera::conformance;
+namespace tt = tessera::train;
+
+namespace {
+
+using Ref = std::vector<double>;
+
+// ||out - ref|| / ||ref||, with ||ref|| floored at |floor| per element: a gradient that is zero
+// in exact arithmetic (dK with one key per row: every dS is P (dP - D) = 0) leaves f32 rounding.
+void expect_close(const Vec& out, const Ref& ref, double tol, const char* what, double floor = 0) {
+  ASSERT_EQ(out.size(), ref.size()) << what;
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  const double err = std::sqrt(num / std::max({den, double(ref.size()) * floor * floor, 1e-30}));
+  EXPECT_LT(err, tol) << what << ": normalised error " << err;
+  EXPECT_TRUE(std::isfinite(err)) << what;
+}
+
+// One problem: q [batch..., L, E], k [batch..., S, E], v [batch..., S, Ev].
+struct Problem {
+  Problem(Shape b, std::int64_t l_, std::int64_t s_, std::int64_t e_, std::int64_t ev_,
+          bool causal_ = false, float dropout_p_ = 0)
+      : batch(std::move(b)), l(l_), s(s_), e(e_), ev(ev_), causal(causal_), dropout_p(dropout_p_) {}
+  Shape batch;
+  std::int64_t l, s, e, ev;
+  bool causal = false;
+  std::optional<double> scale;
+  float dropout_p = 0;
+  std::uint64_t seed = 0;
+
+  std::int64_t bh() const { return batch.numel(); }
+  Shape shape(std::int64_t rows, std::int64_t cols) const {
+    Shape r = batch;
+    r.push_back(rows);
+    r.push_back(cols);
+    return r;
+  }
+  Shape q_shape() const { return shape(l, e); }
+  Shape k_shape() const { return shape(s, e); }
+  Shape v_shape() const { return shape(s, ev); }
+  Shape o_shape() const { return shape(l, ev); }
+  AttentionAttrs attrs() const {
+    AttentionAttrs a;
+    a.is_causal = causal;
+    if (scale) a.scale = static_cast<float>(*scale);
+    a.dropout_p = dropout_p;
+    a.seed = seed;
+    return a;
+  }
+  std::string name() const {
+    return fmt::format("{}_L{}_S{}_E{}_Ev{}{}{}{}", batch.str(), l, s, e, ev,
+                       causal ? "_causal" : "", scale ? "_scaled" : "",
+                       dropout_p > 0 ? "_dropout" : "");
+  }
+};
+
+// The math form in float64: P = softmax(q k^T * scale + mask), Pd = P * dropout mask, out = Pd v;
+// with |grad_out|, the gradients by the textbook softmax backward.
+struct Reference {
+  Ref out, lse, dq, dk, dv;
+};
+
+Reference reference(const Problem& pb, const Vec& q, const Vec& k, const Vec& v,
+                    const Vec* grad_out) {
+  const std::int64_t L = pb.l, S = pb.s, E = pb.e, Ev = pb.ev;
+  const double scale = pb.scale ? *pb.scale : 1.0 / std::sqrt(double(E));
+  Reference r;
+  r.out.assign(static_cast<std::size_t>(pb.bh() * L * Ev), 0.0);
+  r.lse.assign(static_cast<std::size_t>(pb.bh() * L), 0.0);
+  if (grad_out) {
+    r.dq.assign(q.size(), 0.0);
+    r.dk.assign(k.size(), 0.0);
+    r.dv.assign(v.size(), 0.0);
+  }
+  std::vector<double> p(static_cast<std::size_t>(S)), z(p.size()), dp(p.size());
+  for (std::int64_t b = 0; b < pb.bh(); ++b)
+    for (std::int64_t i = 0; i < L; ++i) {
+      const float* qi = &q[static_cast<std::size_t>((b * L + i) * E)];
+      double mx = -std::numeric_limits<double>::infinity();
+      for (std::int64_t j = 0; j < S; ++j) {
+        double s = 0;
+        for (std::int64_t c = 0; c < E; ++c) s += double(qi[c]) * k[(b * S + j) * E + c];
+        p[j] = (pb.causal && j > i) ? -std::numeric_limits<double>::infinity() : s * scale;
+        mx = std::max(mx, p[j]);
+      }
+      double sum = 0;
+      for (std::int64_t j = 0; j < S; ++j) sum += p[j] = std::exp(p[j] - mx);
+      r.lse[b * L + i] = mx + std::log(sum);
+      for (std::int64_t j = 0; j < S; ++j) {
+        p[j] /= sum;
+        const auto n = static_cast<std::uint32_t>((b * L + i) * S + j);
+        z[j] = pb.dropout_p == 0                             ? 1.0
+               : dropout_uniform(pb.seed, n) >= pb.dropout_p ? 1.0 / (1.0 - double(pb.dropout_p))
+                                                             : 0.0;
+        for (std::int64_t c = 0; c < Ev; ++c)
+          r.out[(b * L + i) * Ev + c] += p[j] * z[j] * v[(b * S + j) * Ev + c];
+      }
+      if (!grad_out) continue;
+      const float* gi = &(*grad_out)[static_cast<std::size_t>((b * L + i) * Ev)];
+      double dot = 0;
+      for (std::int64_t j = 0; j < S; ++j) {
+        double s = 0;
+        for (std::int64_t c = 0; c < Ev; ++c) {
+          s += double(gi[c]) * v[(b * S + j) * Ev + c];
+          r.dv[(b * S + j) * Ev + c] += p[j] * z[j] * gi[c];
+        }
+        dp[j] = s * z[j];
+        dot += p[j] * dp[j];
+      }
+      for (std::int64_t j = 0; j < S; ++j) {
+        const double ds = p[j] * (dp[j] - dot) * scale;
+        for (std::int64_t c = 0; c < E; ++c) {
+          r.dq[(b * L + i) * E + c] += ds * k[(b * S + j) * E + c];
+          r.dk[(b * S + j) * E + c] += ds * qi[c];
+        }
+      }
+    }
+  return r;
+}
+
+Tensor on(Device& d, const Vec& v, const Shape& s) {
+  return Tensor::from(v, s, &d);
+}
+
+// The fused forward and backward, and the math form, against the reference.
+void check_problem(Device& d, Problem pb) {
+  DeviceGuard guard(d);
+  pb.seed = (std::uint64_t{rng()()} << 32) | rng()();
+  const Vec q = randn(pb.q_shape().numel()), k = randn(pb.k_shape().numel());
+  const Vec v = randn(pb.v_shape().numel()), g = randn(pb.o_shape().numel());
+  const Reference ref = reference(pb, q, k, v, &g);
+  const Tensor tq = on(d, q, pb.q_shape()), tk = on(d, k, pb.k_shape()),
+               tv = on(d, v, pb.v_shape());
+  const auto [out, lse] = scaled_dot_product_attention_forward(tq, tk, tv, pb.attrs());
+  ASSERT_EQ(out.shape(), pb.o_shape());
+  expect_close(out.to_vector<float>(), ref.out, 2e-5, "out");
+  expect_close(lse.to_vector<float>(), ref.lse, 2e-5, "lse");
+  const AttentionGrads grads = scaled_dot_product_attention_backward(on(d, g, pb.o_shape()), tq, tk,
+                                                                     tv, out, lse, pb.attrs());
+  expect_close(grads.query.to_vector<float>(), ref.dq, 1e-4, "grad_q", 1e-2);
+  expect_close(grads.key.to_vector<float>(), ref.dk, 1e-4, "grad_k", 1e-2);
+  expect_close(grads.value.to_vector<float>(), ref.dv, 1e-4, "grad_v", 1e-2);
+  const Tensor math =
+      scaled_dot_product_attention_math(tq, tk, tv, pb.dropout_p, pb.causal, pb.scale, pb.seed);
+  expect_close(math.to_vector<float>(), ref.out, 2e-5, "math form");
+}
+
+std::vector<Problem> problems() {
+  // Batch dims of rank 0, 1 and 2; L = 1, 3, 127; S != L both ways; E = 64 and an odd 24.
+  std::vector<Problem> base = {
+      {{2, 3}, 5, 7, 24, 24}, {{2}, 3, 3, 64, 64},        {{1, 2}, 1, 1, 8, 8},
+      {{2, 1}, 1, 9, 24, 16}, {{1, 1}, 127, 127, 24, 24}, {{1, 2}, 127, 50, 64, 64},
+      {{}, 40, 130, 16, 33},  {{3}, 70, 1, 5, 7},
+  };
+  std::vector<Problem> all;
+  for (const Problem& p : base)
+    for (bool causal : {false, true}) {
+      Problem c = p;
+      c.causal = causal;
+      all.push_back(c);
+    }
+  Problem scaled{{2, 2}, 17, 33, 24, 24};
+  scaled.scale = 0.3;
+  scaled.causal = true;
+  all.push_back(scaled);
+  for (bool causal : {false, true}) {
+    Problem drop{{2, 3}, 67, 65, 24, 16};
+    drop.causal = causal;
+    drop.dropout_p = 0.3f;
+    all.push_back(drop);
+  }
+  return all;
+}
+
+// ----- finite differences (as test_grad.cpp) -----
+
+using Fn = std::function<tt::Variable(const std::vector<tt::Variable>&)>;
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
+  return s;
+}
+
+void gradcheck(Device& d, const std::vector<std::pair<Shape, Vec>>& inputs, const Fn& f,
+               double eps = 1e-3, double tol = 1e-2) {
+  DeviceGuard guard(d);
+  auto make = [&](const std::vector<Vec>& values, bool grad) {
+    std::vector<tt::Variable> vars;
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      vars.emplace_back(Tensor::from(values[i], inputs[i].first, &d), grad);
+    return vars;
+  };
+  std::vector<Vec> x;
+  for (const auto& in : inputs) x.push_back(in.second);
+  std::vector<tt::Variable> leaves = make(x, true);
+  const tt::Variable y = f(leaves);
+  const Vec w = randn(y.value().numel());
+  y.backward(Tensor::from(w, y.shape(), &d));
+  auto loss = [&](const std::vector<Vec>& at) {
+    tt::NoGradGuard no_grad;
+    return dot(f(make(at, false)).value().to_vector<float>(), w);
+  };
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    ASSERT_TRUE(leaves[i].grad().defined()) << "input " << i << " got no gradient";
+    ASSERT_EQ(leaves[i].grad().shape(), inputs[i].first) << "input " << i;
+    const Vec v = randn(inputs[i].first.numel());
+    const Vec g = leaves[i].grad().to_vector<float>();
+    const double analytic = dot(g, v);
+    std::vector<Vec> plus = x, minus = x;
+    for (std::size_t k = 0; k < v.size(); ++k) {
+      plus[i][k] += static_cast<float>(eps) * v[k];
+      minus[i][k] -= static_cast<float>(eps) * v[k];
+    }
+    const double numeric = (loss(plus) - loss(minus)) / (2 * eps);
+    const double scale =
+        std::max({std::abs(analytic), std::abs(numeric), std::sqrt(dot(g, g)), 1e-6});
+    EXPECT_LT(std::abs(analytic - numeric) / scale, tol)
+        << "input " << i << ": analytic " << analytic << ", numeric " << numeric;
+  }
+}
+
+}  // namespace
+
+std::vector<Case> tessera::conformance::attention_op_cases() {
+  constexpr OpId kOp = OpId::scaled_dot_product_attention;
+  std::vector<Case> c;
+  for (const Problem& p : problems())
+    c.push_back({"attention_" + p.name(), kOp, [p](Device& d) { check_problem(d, p); }});
+  c.push_back({"attention_transposed_views", kOp, [](Device& d) {
+                 // q, k, v as [B, T, H, E] tensors transposed to [B, H, T, E] (strided views,
+                 // as a model splits heads); grad_out likewise.
+                 DeviceGuard guard(d);
+                 const Problem p{{2, 3}, 11, 13, 24, 24, true};
+                 const Vec q = randn(2 * 11 * 3 * 24), k = randn(2 * 13 * 3 * 24);
+                 const Vec v = randn(2 * 13 * 3 * 24);
+                 auto heads_first = [](const Vec& x, std::int64_t t) {
+                   Vec r(x.size());
+                   for (std::int64_t b = 0; b < 2; ++b)
+                     for (std::int64_t i = 0; i < t; ++i)
+                       for (std::int64_t h = 0; h < 3; ++h)
+                         for (std::int64_t e = 0; e < 24; ++e)
+                           r[((b * 3 + h) * t + i) * 24 + e] = x[((b * t + i) * 3 + h) * 24 + e];
+                   return r;
+                 };
+                 const Reference ref = reference(p, heads_first(q, 11), heads_first(k, 13),
+                                                 heads_first(v, 13), nullptr);
+                 const Tensor out = scaled_dot_product_attention(
+                     on(d, q, {2, 11, 3, 24}).transpose(1, 2),
+                     on(d, k, {2, 13, 3, 24}).transpose(1, 2),
+                     on(d, v, {2, 13, 3, 24}).transpose(1, 2), 0.0, true);
+                 expect_close(out.to_vector<float>(), ref.out, 2e-5, "out");
+               }});
+  c.push_back({"attention_empty_batch", kOp, [](Device& d) {
+                 DeviceGuard guard(d);
+                 const Tensor q = Tensor::empty({0, 2, 5, 8}, DType::f32, &d);
+                 const Tensor k = Tensor::empty({0, 2, 6, 8}, DType::f32, &d);
+                 const auto [out, lse] = scaled_dot_product_attention_forward(q, k, k, {});
+                 EXPECT_EQ(out.shape(), (Shape{0, 2, 5, 8}));
+                 EXPECT_EQ(lse.shape(), (Shape{0, 2, 5}));
+               }});
+  c.push_back(
+      {"attention_errors", kOp, [](Device& d) {
+         DeviceGuard guard(d);
+         const Tensor q = on(d, randn(2 * 3 * 8), {2, 3, 8});
+         const Tensor k = on(d, randn(2 * 4 * 6), {2, 4, 6});
+         EXPECT_THROW((void)scaled_dot_product_attention(q, k, k), InvalidArgument);
+         const Tensor k1 = on(d, randn(3 * 4 * 8), {3, 4, 8});
+         EXPECT_THROW((void)scaled_dot_product_attention(q, k1, k1), InvalidArgument);
+         EXPECT_THROW((void)scaled_dot_product_attention(q, q, q, 1.0), InvalidArgument);
+         try {
+           (void)scaled_dot_product_attention(q, k, k);
+         } catch (const InvalidArgument& e) {
+           EXPECT_NE(std::string(e.what()).find("scaled_dot_product_attention"), std::string::npos)
+               << e.what();
+         }
+       }});
+  return c;
+}
+
+std::vector<Case> tessera::conformance::attention_grad_cases() {
+  constexpr OpId kOp = OpId::scaled_dot_product_attention_backward;
+  std::vector<Case> c;
+  struct G {
+    const char* name;
+    Problem p;
+  };
+  std::vector<G> gs = {
+      {"grad_attention", {{2, 2}, 5, 5, 8, 8}},
+      {"grad_attention_causal", {{2, 2}, 5, 5, 8, 8, true}},
+      {"grad_attention_causal_L_gt_S", {{3}, 7, 4, 6, 5, true}},
+      {"grad_attention_dropout", {{2, 2}, 6, 7, 8, 8, true, 0.25f}},
+  };
+  for (const G& g : gs)
+    c.push_back({g.name, kOp, [p = g.p](Device& d) {
+                   const std::uint64_t seed = (std::uint64_t{rng()()} << 32) | rng()();
+                   gradcheck(d,
+                             {{p.q_shape(), randn(p.q_shape().numel())},
+                              {p.k_shape(), randn(p.k_shape().numel())},
+                              {p.v_shape(), randn(p.v_shape().numel())}},
+                             [p, seed](auto& v) {
+                               return tt::scaled_dot_product_attention(
+                                   v[0], v[1], v[2], p.dropout_p, p.causal, p.scale, seed);
+                             });
+                 }});
+  return c;
+}

@@ -1,0 +1,29 @@
+// The gradient rule of scaled dot-product attention.
+#include "tessera/ops.h"
+#include "tessera/train/autograd.h"
+
+namespace tessera::train {
+
+Variable scaled_dot_product_attention(const Variable& query, const Variable& key,
+                                      const Variable& value, double dropout_p, bool is_causal,
+                                      std::optional<double> scale, std::uint64_t seed) {
+  AttentionAttrs attrs;
+  attrs.is_causal = is_causal;
+  if (scale) attrs.scale = static_cast<float>(*scale);
+  attrs.dropout_p = static_cast<float>(dropout_p);
+  attrs.seed = seed;
+  const auto result =
+      scaled_dot_product_attention_forward(query.value(), key.value(), value.value(), attrs);
+  const Tensor &out = result.first, &lse = result.second;
+  // The rule keeps the three inputs, the output and the log-sum-exp of every row: the backward
+  // recomputes the probabilities from them.
+  return make_result(out, {query, key, value},
+                     [q = query.value(), k = key.value(), v = value.value(), out, lse,
+                      attrs](const Tensor& g) -> std::vector<Tensor> {
+                       AttentionGrads d =
+                           scaled_dot_product_attention_backward(g, q, k, v, out, lse, attrs);
+                       return {d.query, d.key, d.value};
+                     });
+}
+
+}  // namespace tessera::train
