@@ -82,6 +82,19 @@ def optimizer_step(make, state):
     return step
 
 
+def sdpa(q, k, v, causal=False, scale=None):
+    """torch's scaled_dot_product_attention where it has one (2.0 and later, scale= from 2.1);
+    else its math path composed of torch ops (PyTorch 1.13)."""
+    fused = getattr(F, "scaled_dot_product_attention", None)
+    if fused is not None and scale is None:
+        return fused(q, k, v, is_causal=causal)
+    s = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if causal:
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
 # One entry per case of tests/oracle/cases*.cpp, under the same name. Tolerances are on the
 # normalised error of Tessera's f32 against torch's f64; integer outputs are compared exactly.
 CASES = {
@@ -163,6 +176,11 @@ CASES = {
     "where": Ref(lambda c, a, b: torch.where(c > 0, a, b)),
     "where_broadcast": Ref(lambda c, a, b: torch.where(c > 0, a, b)),
     "masked_fill": Ref(lambda c, x: x.masked_fill(c > 0, -2.5)),
+    # --- attention (cases_attention.cpp) ---
+    "sdpa": Ref(sdpa),
+    "sdpa_causal": Ref(lambda q, k, v: sdpa(q, k, v, causal=True)),
+    "sdpa_causal_scale": Ref(lambda q, k, v: sdpa(q, k, v, causal=True, scale=0.3)),
+    "sdpa_long": Ref(sdpa),
 }
 
 

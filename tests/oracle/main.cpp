@@ -36,7 +36,7 @@ namespace {
 
 std::vector<Case> all_cases() {
   std::vector<Case> all = base_cases();
-  for (auto group : {pointwise_cases}) {
+  for (auto group : {pointwise_cases, attention_cases}) {
     std::vector<Case> more = group();
     all.insert(all.end(), more.begin(), more.end());
   }
