@@ -83,30 +83,6 @@ void infer_softmax(const OpCall& call, std::span<TensorSpec> out) {
   infer_same(call, out);
 }
 
-void check_logits_labels(const OpCall& call) {
-  const Tensor &logits = call.in(0), &labels = call.in(1);
-  require_rank(call, logits, 2, "logits");
-  require_rank(call, labels, 1, "labels");
-  require_dtype(call, labels, DType::i32, "labels");
-  require(labels.dim(0) == logits.dim(0), call,
-          "labels {} must have one entry per row of logits {}", labels.shape().str(),
-          logits.shape().str());
-  require(logits.dim(0) > 0 && logits.dim(1) > 0, call, "logits {} must not be empty",
-          logits.shape().str());
-}
-
-void infer_cross_entropy(const OpCall& call, std::span<TensorSpec> out) {
-  check_logits_labels(call);
-  out[0] = {Shape{}, call.in(0).dtype()};
-}
-
-void infer_cross_entropy_backward(const OpCall& call, std::span<TensorSpec> out) {
-  check_logits_labels(call);
-  require(call.in(2).numel() == 1, call, "grad must have one element, got {}",
-          call.in(2).shape().str());
-  out[0] = {call.in(0).shape(), call.in(0).dtype()};
-}
-
 std::int64_t conv_out(std::int64_t in, std::int64_t k, int stride, int pad) {
   return (in + 2 * pad - k) / stride + 1;
 }
@@ -281,6 +257,24 @@ constexpr OpDef kOps[] = {
     {OpId::masked_fill, "masked_fill", 2, 1, true, false, true, infer_masked_fill},
 
     // --- reductions, normalisation, losses, optimizers ---
+    {OpId::min, "min", 1, 1, false, false, true, infer_min},
+    {OpId::min_backward, "min_backward", 2, 1, false, false, false, infer_min_backward},
+    {OpId::var, "var", 1, 1, false, false, true, infer_var},
+    {OpId::std, "std", 1, 1, false, false, true, infer_var},
+    {OpId::prod, "prod", 1, 1, false, false, true, infer_prod},
+    {OpId::prod_backward, "prod_backward", 2, 1, false, false, false, infer_prod_backward},
+    {OpId::softmax_backward, "softmax_backward", 2, 1, false, false, false, infer_softmax_backward},
+    {OpId::log_softmax_backward, "log_softmax_backward", 2, 1, false, false, false,
+     infer_softmax_backward},
+    {OpId::layer_norm, "layer_norm", 3, 3, false, false, true, infer_layer_norm},
+    {OpId::layer_norm_backward, "layer_norm_backward", 5, 3, false, false, false,
+     infer_layer_norm_backward},
+    {OpId::batch_norm, "batch_norm", 3, 5, false, true, true, infer_batch_norm},
+    {OpId::batch_norm_backward, "batch_norm_backward", 5, 3, false, false, false,
+     infer_batch_norm_backward},
+    {OpId::mse_loss, "mse_loss", 2, 1, false, false, true, infer_mse_loss},
+    {OpId::sum_squares, "sum_squares", 1, 1, false, false, false, infer_sum_squares},
+    {OpId::adamw_update, "adamw_update", 1, 3, false, true, false, infer_adamw},
 
     // --- nn: batched matmul, embedding, pooling, attention ---
 

@@ -176,11 +176,12 @@ Tensor softmax(const Tensor& x, int axis) {
 Tensor log_softmax(const Tensor& x, int axis) {
   return run1(OpId::log_softmax, {x}, axis_attrs(x, axis, false));
 }
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
-  return run1(OpId::cross_entropy, {logits, labels});
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, CrossEntropyAttrs attrs) {
+  return run1(OpId::cross_entropy, {logits, labels}, attrs);
 }
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& grad) {
-  return run1(OpId::cross_entropy_backward, {logits, labels, grad});
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& labels, const Tensor& grad,
+                              CrossEntropyAttrs attrs) {
+  return run1(OpId::cross_entropy_backward, {logits, labels, grad}, attrs);
 }
 Tensor conv2d(const Tensor& x, const Tensor& w, Conv2dAttrs attrs) {
   return run1(OpId::conv2d, {x, w}, attrs);

@@ -61,6 +61,22 @@ void infer_where(const OpCall& call, std::span<TensorSpec> out);
 void infer_masked_fill(const OpCall& call, std::span<TensorSpec> out);
 
 // --- reductions, normalisation, losses, optimizers ---
+// rules_reduce.cpp
+void infer_min(const OpCall& call, std::span<TensorSpec> out);
+void infer_min_backward(const OpCall& call, std::span<TensorSpec> out);
+void infer_var(const OpCall& call, std::span<TensorSpec> out);
+void infer_prod(const OpCall& call, std::span<TensorSpec> out);
+void infer_prod_backward(const OpCall& call, std::span<TensorSpec> out);
+void infer_softmax_backward(const OpCall& call, std::span<TensorSpec> out);
+void infer_layer_norm(const OpCall& call, std::span<TensorSpec> out);
+void infer_layer_norm_backward(const OpCall& call, std::span<TensorSpec> out);
+void infer_batch_norm(const OpCall& call, std::span<TensorSpec> out);
+void infer_batch_norm_backward(const OpCall& call, std::span<TensorSpec> out);
+void infer_mse_loss(const OpCall& call, std::span<TensorSpec> out);
+void infer_sum_squares(const OpCall& call, std::span<TensorSpec> out);
+void infer_adamw(const OpCall& call, std::span<TensorSpec> out);
+void infer_cross_entropy(const OpCall& call, std::span<TensorSpec> out);
+void infer_cross_entropy_backward(const OpCall& call, std::span<TensorSpec> out);
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 

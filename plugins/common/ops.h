@@ -20,6 +20,7 @@ void bias_add(const OpCall& addmm, Launcher& l);
 void add_pointwise_ops(PortableOps& ops);
 
 // --- reductions, normalisation, losses, optimizers ---
+void add_reduce_ops(PortableOps& ops);  // ops_reduce.cpp
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 

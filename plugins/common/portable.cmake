@@ -12,6 +12,7 @@ set(TESSERA_PORTABLE_SOURCES
   ${TESSERA_PORTABLE_DIR}/ops_pointwise.cpp
 
   # --- reductions, normalisation, losses, optimizers ---
+  ${TESSERA_PORTABLE_DIR}/ops_reduce.cpp
 
   # --- nn: batched matmul, embedding, pooling, attention ---
   # attention
@@ -27,6 +28,7 @@ set(TESSERA_PORTABLE_KERNELS
   pointwise_strided
 
   # --- reductions, normalisation, losses, optimizers ---
+  reduce_line layer_norm batch_norm cross_entropy sum_squares adamw
 
   # --- nn: batched matmul, embedding, pooling, attention ---
   # attention

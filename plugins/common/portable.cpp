@@ -85,6 +85,7 @@ const PortableOps& portable_ops() {
     add_pointwise_ops(t);
 
     // --- reductions, normalisation, losses, optimizers ---
+    add_reduce_ops(t);
 
     // --- nn: batched matmul, embedding, pooling, attention ---
 

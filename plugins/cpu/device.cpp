@@ -101,6 +101,9 @@ CpuDevice::CpuDevice(Threads threads) : pool_(threads.count), ctx_{pool_, blas()
   register_pointwise(kernels_, ctx_);
 
   // --- reductions, normalisation, losses, optimizers ---
+  register_reduce(kernels_, ctx_);
+  register_norms(kernels_, ctx_);
+  register_losses(kernels_, ctx_);
 
   // --- nn: batched matmul, embedding, pooling, attention ---
 

@@ -80,6 +80,9 @@ void register_optim(KernelTable& table, Context& ctx);
 void register_pointwise(KernelTable& table, Context& ctx);
 
 // --- reductions, normalisation, losses, optimizers ---
+void register_reduce(KernelTable& table, Context& ctx);  // kernels_reduce.cpp
+void register_norms(KernelTable& table, Context& ctx);   // kernels_norms.cpp
+void register_losses(KernelTable& table, Context& ctx);  // kernels_losses.cpp
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 

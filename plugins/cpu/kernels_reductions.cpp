@@ -1,4 +1,4 @@
-// Reductions along one axis, softmax, log_softmax and cross-entropy.
+// Reductions along one axis, softmax and log_softmax (cross-entropy: kernels_losses.cpp).
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -151,53 +151,6 @@ void softmax_kernel(const OpCall& call, Context& ctx) {
   });
 }
 
-// log(sum(exp(row))) computed stably.
-double log_sum_exp(const float* row, std::int64_t c) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (std::int64_t k = 0; k < c; ++k) m = std::fmax(m, row[k]);
-  double total = 0;
-  for (std::int64_t k = 0; k < c; ++k) total += std::exp(static_cast<double>(row[k] - m));
-  return m + std::log(total);
-}
-
-void cross_entropy_kernel(const OpCall& call, Context&) {
-  const float* x = in_ptr(call, 0);
-  const auto* labels = in_ptr<std::int32_t>(call, 1);
-  const std::int64_t n = call.in(0).dim(0), c = call.in(0).dim(1);
-  double loss = 0;
-  for (std::int64_t r = 0; r < n; ++r) {
-    const std::int32_t label = labels[r];
-    if (label < 0 || label >= c) {
-      loss = std::numeric_limits<double>::quiet_NaN();
-      break;
-    }
-    loss += log_sum_exp(x + r * c, c) - x[r * c + label];
-  }
-  *out_ptr(call, 0) = static_cast<float>(loss / static_cast<double>(n));
-}
-
-void cross_entropy_backward_kernel(const OpCall& call, Context& ctx) {
-  const float* x = in_ptr(call, 0);
-  const auto* labels = in_ptr<std::int32_t>(call, 1);
-  const std::int64_t n = call.in(0).dim(0), c = call.in(0).dim(1);
-  const float scale = *in_ptr(call, 2) / static_cast<float>(n);
-  float* g = out_ptr(call, 0);
-  ctx.pool.parallel_for(n, row_grain(c), [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t r = b; r < e; ++r) {
-      const float* row = x + r * c;
-      float* out = g + r * c;
-      const std::int32_t label = labels[r];
-      const double lse = log_sum_exp(row, c);
-      const bool valid = label >= 0 && label < c;
-      for (std::int64_t k = 0; k < c; ++k) {
-        const double p = std::exp(static_cast<double>(row[k]) - lse);
-        out[k] = valid ? static_cast<float>((p - (k == label ? 1.0 : 0.0)) * scale)
-                       : std::numeric_limits<float>::quiet_NaN();
-      }
-    }
-  });
-}
-
 }  // namespace
 
 void register_reductions(KernelTable& t, Context& ctx) {
@@ -211,8 +164,6 @@ void register_reductions(KernelTable& t, Context& ctx) {
   set(OpId::max_backward, max_backward_kernel);
   set(OpId::softmax, softmax_kernel<false>);
   set(OpId::log_softmax, softmax_kernel<true>);
-  set(OpId::cross_entropy, cross_entropy_kernel);
-  set(OpId::cross_entropy_backward, cross_entropy_backward_kernel);
 }
 
 }  // namespace tessera::cpu

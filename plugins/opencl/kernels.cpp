@@ -59,31 +59,6 @@ using OpenclKernel = FunctionKernel<Context>;
 
 // --- losses ---
 
-void cross_entropy(const OpCall& call, Context& ctx) {
-  const auto rows = static_cast<std::int32_t>(call.in(0).dim(0));
-  const auto c = static_cast<std::int32_t>(call.in(0).dim(1));
-  Launch(ctx, "reduce.cl", "cross_entropy")
-      .tensor(call.in(0))
-      .tensor(call.in(1))
-      .tensor(call.out(0))
-      .arg(rows)
-      .arg(c)
-      .run_groups(1, ctx.reduce_wg);
-}
-
-void cross_entropy_backward(const OpCall& call, Context& ctx) {
-  const auto rows = static_cast<std::int32_t>(call.in(0).dim(0));
-  const auto c = static_cast<std::int32_t>(call.in(0).dim(1));
-  Launch(ctx, "reduce.cl", "cross_entropy_backward")
-      .tensor(call.in(0))
-      .tensor(call.in(1))
-      .tensor(call.in(2))
-      .tensor(call.out(0))
-      .arg(rows)
-      .arg(c)
-      .run(rows);
-}
-
 // --- nn ---
 
 void matmul(const OpCall& call, Context& ctx) {
@@ -150,8 +125,6 @@ void register_kernels(KernelTable& t, Context& ctx) {
   };
   set(OpId::matmul, matmul);
   set(OpId::addmm, addmm);
-  set(OpId::cross_entropy, cross_entropy);
-  set(OpId::cross_entropy_backward, cross_entropy_backward);
   set(OpId::conv2d, conv<kConv>);
   set(OpId::conv2d_backward_input, conv<kConvInput>);
   set(OpId::conv2d_backward_weight, conv2d_backward_weight);

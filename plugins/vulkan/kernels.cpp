@@ -84,35 +84,6 @@ using VulkanKernel = FunctionKernel<VulkanDevice>;
 
 // --- losses ---
 
-void cross_entropy(const OpCall& call, VulkanDevice& dev) {
-  Dispatch(dev, "reduce_group", {1})
-      .in(call.in(0))
-      .out(call.out(0))
-      .in(call.in(1))
-      .offset(call.in(0))
-      .offset(call.out(0))
-      .offset(call.in(1))
-      .i(call.in(0).dim(0))
-      .i(call.in(0).dim(1))
-      .groups(1);
-}
-
-void cross_entropy_backward(const OpCall& call, VulkanDevice& dev) {
-  const std::int64_t rows = call.in(0).dim(0);
-  Dispatch(dev, "nn", {4})
-      .in(call.in(0))
-      .in(call.in(1))
-      .out(call.out(0))
-      .in(call.in(2))
-      .offset(call.in(0))
-      .offset(call.in(1))
-      .offset(call.out(0))
-      .offset(call.in(2))
-      .i(rows)
-      .i(call.in(0).dim(1))
-      .run(rows);
-}
-
 // --- nn ---
 
 void matmul(const OpCall& call, VulkanDevice& dev) {
@@ -172,8 +143,6 @@ void register_kernels(KernelTable& t, VulkanDevice& dev) {
   };
   set(OpId::matmul, matmul);
   set(OpId::addmm, addmm);
-  set(OpId::cross_entropy, cross_entropy);
-  set(OpId::cross_entropy_backward, cross_entropy_backward);
   set(OpId::conv2d, conv<0>);
   set(OpId::conv2d_backward_input, conv<1>);
   set(OpId::conv2d_backward_weight, conv2d_backward_weight);

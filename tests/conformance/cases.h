@@ -30,6 +30,8 @@ std::vector<Case> pointwise_cases();
 std::vector<Case> pointwise_grad_cases();
 
 // --- reductions, normalisation, losses, optimizers ---
+std::vector<Case> reduce_op_cases();    // test_reduce.cpp
+std::vector<Case> reduce_grad_cases();  // test_reduce_grad.cpp
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 

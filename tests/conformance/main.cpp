@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
     conformance::register_cases("Grad", d, conformance::pointwise_grad_cases());
 
     // --- reductions, normalisation, losses, optimizers ---
+    conformance::register_cases("Ops", d, conformance::reduce_op_cases());
+    conformance::register_cases("Grad", d, conformance::reduce_grad_cases());
 
     // --- nn: batched matmul, embedding, pooling, attention ---
 

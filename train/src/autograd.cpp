@@ -328,27 +328,22 @@ Variable max(const Variable& x, int axis, bool keepdim) {
 Variable softmax(const Variable& x, int axis) {
   const int ax = x.shape().normalize_axis(axis);
   Tensor y = tessera::softmax(x.value(), ax);
-  return make_result(y, {x}, [y, ax](const Tensor& g) -> Grads {
-    // y * (g - sum(g * y))
-    const Tensor dot = tessera::sum(tessera::mul(g, y), ax, true);
-    return {tessera::mul(y, tessera::sub(g, dot))};
-  });
+  return make_result(
+      y, {x}, [y, ax](const Tensor& g) -> Grads { return {tessera::softmax_backward(g, y, ax)}; });
 }
 
 Variable log_softmax(const Variable& x, int axis) {
   const int ax = x.shape().normalize_axis(axis);
   Tensor y = tessera::log_softmax(x.value(), ax);
   return make_result(y, {x}, [y, ax](const Tensor& g) -> Grads {
-    // g - softmax(x) * sum(g)
-    const Tensor total = tessera::sum(g, ax, true);
-    return {tessera::sub(g, tessera::mul(tessera::exp(y), total))};
+    return {tessera::log_softmax_backward(g, y, ax)};
   });
 }
 
-Variable cross_entropy(const Variable& logits, const Tensor& labels) {
-  return make_result(tessera::cross_entropy(logits.value(), labels), {logits},
-                     [logits, labels](const Tensor& g) -> Grads {
-                       return {tessera::cross_entropy_backward(logits.value(), labels, g)};
+Variable cross_entropy(const Variable& logits, const Tensor& labels, CrossEntropyAttrs attrs) {
+  return make_result(tessera::cross_entropy(logits.value(), labels, attrs), {logits},
+                     [logits, labels, attrs](const Tensor& g) -> Grads {
+                       return {tessera::cross_entropy_backward(logits.value(), labels, g, attrs)};
                      });
 }
 

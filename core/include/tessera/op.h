@@ -37,8 +37,9 @@ enum class OpId : std::uint16_t {
   argmax,                  // (x) -> i32 index of the max along axis (first on ties), AxisAttrs
   softmax,                 // (x) -> softmax along axis, AxisAttrs (keepdim ignored)
   log_softmax,             // (x) -> log_softmax along axis, AxisAttrs (keepdim ignored)
-  cross_entropy,           // (logits [N,C], labels i32 [N]) -> mean loss, shape []
-  cross_entropy_backward,  // (logits, labels, grad []) -> d loss / d logits [N,C]
+  cross_entropy,           // (logits [N,C] or [N,T,C], labels i32/i64 [N] or [N,T]) -> mean
+                           // loss, shape [], CrossEntropyAttrs
+  cross_entropy_backward,  // (logits, labels, grad []) -> d loss / d logits, CrossEntropyAttrs
   conv2d,                  // (x [N,C,H,W], w [O,C,KH,KW]) -> [N,O,HO,WO], Conv2dAttrs
   conv2d_backward_input,   // (grad [N,O,HO,WO], w) -> [N,C,H,W] (shape given), Conv2dAttrs
   conv2d_backward_weight,  // (grad [N,O,HO,WO], x) -> [O,C,KH,KW] (shape given), Conv2dAttrs
@@ -79,6 +80,22 @@ enum class OpId : std::uint16_t {
   masked_fill,    // (x, mask bool) -> mask ? value : x, broadcast (strided inputs), ScalarAttrs
 
   // --- reductions, normalisation, losses, optimizers ---
+  min,                   // (x) -> min along axis, AxisAttrs
+  min_backward,          // (grad [reduced], x) -> grad at the first min along axis, AxisAttrs
+  var,                   // (x) -> variance along axis, VarAttrs
+  std,                   // (x) -> standard deviation along axis, VarAttrs
+  prod,                  // (x) -> product along axis, AxisAttrs
+  prod_backward,         // (grad [reduced], x) -> grad * product of the others, AxisAttrs
+  softmax_backward,      // (grad, y = softmax(x)) -> y * (grad - sum(grad * y)), AxisAttrs
+  log_softmax_backward,  // (grad, y = log_softmax(x)) -> grad - exp(y) sum(grad), AxisAttrs
+  layer_norm,            // (x, weight, bias) -> (y, mean, rstd), LayerNormAttrs
+  layer_norm_backward,   // (grad, x, weight, mean, rstd) -> (gx, gweight, gbias), LayerNormAttrs
+  batch_norm,  // (x, weight, bias) -> (y, save_mean, save_invstd, running_mean, running_var
+               // updated in place), BatchNormAttrs
+  batch_norm_backward,  // (grad, x, weight, save_mean, save_invstd) -> (gx, gw, gb), BatchNormAttrs
+  mse_loss,             // (input, target) -> loss, LossAttrs
+  sum_squares,          // (x) -> sum of x^2 over every element, shape []
+  adamw_update,         // (grad) -> param, m, v updated in place, AdamAttrs (decoupled decay)
 
   // --- nn: batched matmul, embedding, pooling, attention ---
 
@@ -93,7 +110,7 @@ enum class OpId : std::uint16_t {
 
 inline constexpr int kNumOps = static_cast<int>(OpId::num_ops_);
 inline constexpr int kMaxOpInputs = 6;
-inline constexpr int kMaxOpOutputs = 3;
+inline constexpr int kMaxOpOutputs = 5;
 
 struct NoAttrs {};
 struct MatmulAttrs {
@@ -171,9 +188,46 @@ struct AttentionAttrs {
   std::uint64_t seed = 0;
 };
 
-using OpAttrs =
-    std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2dAttrs, Pool2dAttrs, SgdAttrs,
-                 AdamAttrs, DropoutAttrs, ClampAttrs, GeluAttrs, AttentionAttrs>;
+// --- reductions, normalisation, losses, optimizers ---
+// var and std along one axis, as torch.var(x, dim, correction=, keepdim=): the sum of squared
+// deviations divided by max(n - correction, 0) (unbiased=True is correction 1).
+struct VarAttrs {
+  int axis = -1;  // already normalised to [0, rank) when a kernel sees it
+  bool keepdim = false;
+  double correction = 1;
+};
+// layer_norm normalises every row of the dimensions axis..rank-1 (torch's normalized_shape is
+// x.shape[axis:]); mean and rstd have x's shape with those dimensions set to 1.
+struct LayerNormAttrs {
+  int axis = -1;
+  float eps = 1e-5f;
+};
+// batch_norm over the channels (dimension 1) of [N, C, ...], as torch.nn.functional.batch_norm.
+struct BatchNormAttrs {
+  bool training = true;
+  float momentum = 0.1f;
+  float eps = 1e-5f;
+};
+// How a loss reduces its per-element values, as PyTorch's reduction='none' | 'mean' | 'sum'.
+enum class Reduction : std::uint8_t { none, mean, sum };
+struct LossAttrs {
+  Reduction reduction = Reduction::mean;
+};
+// cross_entropy as torch.nn.functional.cross_entropy(ignore_index=, label_smoothing=), the mean
+// over the targets that are not ignore_index.
+struct CrossEntropyAttrs {
+  std::int64_t ignore_index = -100;
+  float label_smoothing = 0;
+};
+
+using OpAttrs = std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2dAttrs, Pool2dAttrs,
+                             SgdAttrs, AdamAttrs, DropoutAttrs,
+                             // --- element-wise math, comparisons, selection ---
+                             ClampAttrs, GeluAttrs,
+                             // --- reductions, normalisation, losses, optimizers ---
+                             VarAttrs, LayerNormAttrs, BatchNormAttrs, LossAttrs, CrossEntropyAttrs,
+                             // --- nn: batched matmul, embedding, pooling, attention ---
+                             AttentionAttrs>;
 
 // The counter-based random number behind dropout_mask, written with 32-bit integer operations
 // only so that a GLSL or OpenCL kernel computes the same value: a uniform float in [0, 1) with

@@ -5,7 +5,6 @@
 //   OP 2 max_pool2d: y and the index h*W+w of the first maximum.
 //   OP 3 max_pool2d_backward: dx, summing the windows that chose each input.
 //     Push: ox (x or gy), oi (indices), oy, planes, h, w, ho, wo, kh, kw, sh, sw
-//   OP 4 cross_entropy_backward: one row.  Push: ox, ol, oy, og, rows, c
 #include "common.glsl"
 
 layout(constant_id = 1) const int OP = 0;
@@ -85,20 +84,5 @@ void main() {
         }
       y[pc.w[2] + i] = acc;
     }
-  } else {
-    const int rows = pc.w[4], c = pc.w[5];
-    if (i >= rows) return;
-    const int row = pc.w[0] + i * c, dst = pc.w[2] + i * c;
-    const int label = idx_in[pc.w[1] + i];
-    const float scale = grad[pc.w[3]] / float(rows);
-    float m = -1.0 / 0.0;
-    for (int k = 0; k < c; ++k) m = max(m, x[row + k]);
-    float total = 0.0;
-    for (int k = 0; k < c; ++k) total += exp(x[row + k] - m);
-    const float lse = m + log(total);
-    const bool valid = label >= 0 && label < c;
-    for (int k = 0; k < c; ++k)
-      y[dst + k] = valid ? (exp(x[row + k] - lse) - (k == label ? 1.0 : 0.0)) * scale
-                         : intBitsToFloat(0x7fc00000);
   }
 }

@@ -2,7 +2,7 @@
 // Reductions where one work-group of WG (spec constant 0, a power of two) invocations produces
 // one value:
 //   OP 0 sum_rows:      row r of [rows, n] summed, times scale.  Push: ox, oy, n, scale
-//   OP 1 cross_entropy: mean of lse(row) - row[label], NaN on a bad label.  Push: ox, oy, ol, rows, c
+//   (OP 1 was cross_entropy: it moved to the portable layer, plugins/common/kernels.)
 //   OP 2 conv weight gradient: one weight (o, c, ki, kj) per work-group.  Push: ox, oy, og, conv[13]
 #include "common.glsl"
 
@@ -10,18 +10,9 @@ layout(constant_id = 1) const int OP = 0;
 
 layout(binding = 0) readonly buffer X { float x[]; };
 layout(binding = 1) writeonly buffer Y { float y[]; };
-layout(binding = 2) readonly buffer L { int labels[]; };
 layout(binding = 2) readonly buffer G { float gy[]; };
 
 shared float part[gl_WorkGroupSize.x];
-
-float log_sum_exp(int row, int c) {
-  float m = -1.0 / 0.0;
-  for (int k = 0; k < c; ++k) m = max(m, x[row + k]);
-  float total = 0.0;
-  for (int k = 0; k < c; ++k) total += exp(x[row + k] - m);
-  return m + log(total);
-}
 
 void main() {
   const int t = int(gl_LocalInvocationID.x), wg = int(gl_WorkGroupSize.x);
@@ -30,14 +21,6 @@ void main() {
   if (OP == 0) {
     const int n = pc.w[2], p = pc.w[0] + group * n;
     for (int k = t; k < n; k += wg) acc += x[p + k];
-  } else if (OP == 1) {
-    const int rows = pc.w[3], c = pc.w[4];
-    for (int r = t; r < rows; r += wg) {
-      const int label = labels[pc.w[2] + r];
-      const int row = pc.w[0] + r * c;
-      acc += (label < 0 || label >= c) ? intBitsToFloat(0x7fc00000)
-                                       : log_sum_exp(row, c) - x[row + label];
-    }
   } else {
     // conv: n, c, h, w, o, kh, kw, ho, wo, sh, sw, ph, pw at pc.w[3..15]
     const int N = pc.w[3], C = pc.w[4], H = pc.w[5], W = pc.w[6], O = pc.w[7];
@@ -61,7 +44,6 @@ void main() {
   }
   if (t == 0) {
     if (OP == 0) y[pc.w[1] + group] = part[0] * pf(3);
-    else if (OP == 1) y[pc.w[1]] = part[0] / float(pc.w[3]);
     else y[pc.w[1] + group] = part[0];
   }
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera/op.h"
+#include "tessera/shape.h"
 #include "tessera/tensor.h"
 
 namespace tessera::train {
@@ -101,8 +102,9 @@ Variable mean(const Variable& x, int axis, bool keepdim = false);
 Variable max(const Variable& x, int axis, bool keepdim = false);
 Variable softmax(const Variable& x, int axis = -1);
 Variable log_softmax(const Variable& x, int axis = -1);
-// Mean cross-entropy of |logits| [N,C] against i32 |labels| [N] (not differentiated).
-Variable cross_entropy(const Variable& logits, const Tensor& labels);
+// Cross-entropy of |logits| [N,C] or [N,T,C] against i32/i64 |labels| [N] or [N,T] (not
+// differentiated), with ignore_index and label_smoothing (ops.h has the contract).
+Variable cross_entropy(const Variable& logits, const Tensor& labels, CrossEntropyAttrs attrs = {});
 Variable conv2d(const Variable& x, const Variable& w, Conv2dAttrs attrs = {});
 Variable max_pool2d(const Variable& x, Pool2dAttrs attrs = {});
 Variable reshape(const Variable& x, const Shape& shape);
@@ -139,6 +141,27 @@ Variable where(const Tensor& cond, const Variable& a, const Variable& b);
 Variable masked_fill(const Variable& x, const Tensor& mask, double value);
 
 // --- reductions, normalisation, losses, optimizers ---
+// (autograd_reduce.cpp; ops.h has the contracts.)
+Variable sum(const Variable& x, const std::vector<int>& dims, bool keepdim = false);
+Variable mean(const Variable& x, const std::vector<int>& dims, bool keepdim = false);
+Variable min(const Variable& x, int axis, bool keepdim = false);
+Variable var(const Variable& x, int axis, double correction = 1, bool keepdim = false);
+Variable std(const Variable& x, int axis, double correction = 1, bool keepdim = false);
+Variable prod(const Variable& x, int axis, bool keepdim = false);
+// torch.nn.functional.layer_norm(x, normalized_shape, weight, bias, eps); |weight| and |bias|
+// may be undefined.
+Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Variable& weight,
+                    const Variable& bias, double eps = 1e-5);
+// torch.nn.functional.batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
+// eps) (note: the arguments here are in native_batch_norm's order); the running statistics are
+// updated in place when training. |weight|, |bias| may be undefined; the running statistics may
+// be undefined when training.
+Variable batch_norm(const Variable& x, const Variable& weight, const Variable& bias,
+                    const Tensor& running_mean, const Tensor& running_var, bool training,
+                    double momentum = 0.1, double eps = 1e-5);
+// torch.nn.functional.mse_loss(input, target, reduction); both are differentiated.
+Variable mse_loss(const Variable& input, const Variable& target,
+                  Reduction reduction = Reduction::mean);
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 
