@@ -176,6 +176,28 @@ CASES = {
     "where": Ref(lambda c, a, b: torch.where(c > 0, a, b)),
     "where_broadcast": Ref(lambda c, a, b: torch.where(c > 0, a, b)),
     "masked_fill": Ref(lambda c, x: x.masked_fill(c > 0, -2.5)),
+    # --- reductions, normalisation, losses, optimizers (cases_reduce.cpp) ---
+    "sum_dims": Ref(lambda x: x.sum((0, 2))),
+    "mean_dims_keepdim": Ref(lambda x: x.mean((1, 2), keepdim=True)),
+    "min_1": Ref(lambda x: x.min(1).values),
+    "var_1": Ref(lambda x: x.var(1)),
+    "var_0_biased": Ref(lambda x: x.var(0, unbiased=False, keepdim=True)),
+    "std_1": Ref(lambda x: x.std(1)),
+    "prod_1": Ref(lambda x: x.prod(1)),
+    "layer_norm": Ref(lambda x, w, b: F.layer_norm(x, (33,), w, b, 1e-5)),
+    "layer_norm_2d": Ref(lambda x, w, b: F.layer_norm(x, (4, 5), w, b, 1e-5)),
+    "batch_norm_train": Ref(lambda x, w, b: F.batch_norm(x, None, None, w, b, True, 0.1, 1e-5)),
+    "batch_norm_eval": Ref(lambda x, w, b, rm, rv: F.batch_norm(x, rm, rv, w, b, False, 0.1, 1e-5)),
+    "cross_entropy_ignore_smooth": Ref(
+        lambda x, y: F.cross_entropy(x, y, ignore_index=0, label_smoothing=0.1)),
+    "cross_entropy_seq": Ref(lambda x, y: F.cross_entropy(x.transpose(1, 2), y)),
+    "mse_loss": Ref(F.mse_loss),
+    "mse_loss_sum": Ref(lambda a, b: F.mse_loss(a, b, reduction="sum")),
+    "mse_loss_none": Ref(lambda a, b: F.mse_loss(a, b, reduction="none")),
+    "total_norm": Ref(lambda a, b: torch.cat([a.flatten(), b.flatten()]).norm()),
+    "adamw_step": Ref(optimizer_step(
+        lambda q: torch.optim.AdamW(q, lr=0.1, weight_decay=0.1),
+        lambda m, v: {"step": torch.tensor(2.0), "exp_avg": m, "exp_avg_sq": v}), tol=1e-4),
     # --- attention (cases_attention.cpp) ---
     "sdpa": Ref(sdpa),
     "sdpa_causal": Ref(lambda q, k, v: sdpa(q, k, v, causal=True)),
