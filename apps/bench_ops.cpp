@@ -35,6 +35,18 @@ Tensor randn(const Shape& shape, Device& dev) {
   return Tensor::from(v, shape, &dev);
 }
 
+std::function<void()> setup_layer_norm(Device& dev, const std::vector<std::int64_t>& s, json& r) {
+  const std::int64_t rows = s[0], cols = s[1];
+  r["shape"] = fmt::format("[{}, {}], normalized_shape [{}], weight and bias", rows, cols, cols);
+  r["call"] = "layer_norm + layer_norm_backward";
+  const Tensor x = randn({rows, cols}, dev), w = randn({cols}, dev), b = randn({cols}, dev);
+  const Tensor g = randn({rows, cols}, dev);
+  return [x, w, b, g, cols] {
+    const LayerNormResult y = layer_norm(x, {cols}, w, b, 1e-5);
+    (void)layer_norm_backward(g, x, {cols}, y.mean, y.rstd, w, 1e-5);
+  };
+}
+
 std::function<void()> setup_attention(Device& dev, const std::vector<std::int64_t>& s, json& r) {
   const Shape shape{s[0], s[1], s[2], s[3]};
   r["shape"] =
@@ -52,6 +64,7 @@ std::function<void()> setup_attention(Device& dev, const std::vector<std::int64_
 
 const std::vector<OpCase>& op_cases() {
   static const std::vector<OpCase> cases{
+      {"layer_norm", {8192, 1024}, {4, 16}, setup_layer_norm},
       {"attention", {8, 8, 512, 64}, {1, 2, 8, 4}, setup_attention},
   };
   return cases;

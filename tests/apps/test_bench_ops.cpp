@@ -23,7 +23,7 @@ std::string peer_python() {
 }
 
 // tessera-bench's op cases (apps/bench_ops.h).
-const std::set<std::string> kOpCases{"attention"};
+const std::set<std::string> kOpCases{"layer_norm", "attention"};
 
 }  // namespace
 
