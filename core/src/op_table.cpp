@@ -83,8 +83,9 @@ void infer_softmax(const OpCall& call, std::span<TensorSpec> out) {
   infer_same(call, out);
 }
 
-std::int64_t conv_out(std::int64_t in, std::int64_t k, int stride, int pad) {
-  return (in + 2 * pad - k) / stride + 1;
+// The output extent of a convolution along one axis (the effective kernel is dilation * (k-1) + 1).
+std::int64_t conv_out(std::int64_t in, std::int64_t k, int stride, int pad, int dilation) {
+  return (in + 2 * pad - dilation * (k - 1) - 1) / stride + 1;
 }
 
 void check_conv_attrs(const OpCall& call) {
@@ -92,6 +93,9 @@ void check_conv_attrs(const OpCall& call) {
   require(at.stride_h > 0 && at.stride_w > 0 && at.pad_h >= 0 && at.pad_w >= 0, call,
           "stride must be positive and padding non-negative, got stride {}x{}, padding {}x{}",
           at.stride_h, at.stride_w, at.pad_h, at.pad_w);
+  require(at.dilation_h > 0 && at.dilation_w > 0 && at.groups > 0, call,
+          "dilation and groups must be positive, got dilation {}x{}, groups {}", at.dilation_h,
+          at.dilation_w, at.groups);
 }
 
 // The output shape of conv2d for input shape |x| and weight shape |w|.
@@ -99,14 +103,20 @@ Shape conv_shape(const OpCall& call, const Shape& x, const Shape& w) {
   check_conv_attrs(call);
   const auto& at = call.attr<Conv2dAttrs>();
   require(x.rank() == 4 && w.rank() == 4, call,
-          "input {} and weight {} must be [N,C,H,W] and [O,C,KH,KW]", x.str(), w.str());
-  require(x[1] == w[1], call, "input {} has {} channels but weight {} expects {}", x.str(), x[1],
-          w.str(), w[1]);
-  const std::int64_t ho = conv_out(x[2], w[2], at.stride_h, at.pad_h);
-  const std::int64_t wo = conv_out(x[3], w[3], at.stride_w, at.pad_w);
-  require(x[2] + 2 * at.pad_h >= w[2] && x[3] + 2 * at.pad_w >= w[3] && ho > 0 && wo > 0, call,
-          "kernel {}x{} is larger than the padded input {}x{}", w[2], w[3], x[2] + 2 * at.pad_h,
-          x[3] + 2 * at.pad_w);
+          "input {} and weight {} must be [N,C,H,W] and [O,C/groups,KH,KW]", x.str(), w.str());
+  require(x[1] == w[1] * at.groups, call,
+          "input {} has {} channels but weight {} with groups {} expects {}", x.str(), x[1],
+          w.str(), at.groups, w[1] * at.groups);
+  require(w[0] % at.groups == 0, call,
+          "weight {} has {} output channels, not a multiple of groups {}", w.str(), w[0],
+          at.groups);
+  const std::int64_t eh = std::int64_t{at.dilation_h} * (w[2] - 1) + 1;
+  const std::int64_t ew = std::int64_t{at.dilation_w} * (w[3] - 1) + 1;
+  require(x[2] + 2 * at.pad_h >= eh && x[3] + 2 * at.pad_w >= ew && w[2] > 0 && w[3] > 0, call,
+          "kernel {}x{} (dilation {}x{}) is larger than the padded input {}x{}", w[2], w[3],
+          at.dilation_h, at.dilation_w, x[2] + 2 * at.pad_h, x[3] + 2 * at.pad_w);
+  const std::int64_t ho = conv_out(x[2], w[2], at.stride_h, at.pad_h, at.dilation_h);
+  const std::int64_t wo = conv_out(x[3], w[3], at.stride_w, at.pad_w, at.dilation_w);
   return Shape{x[0], w[0], ho, wo};
 }
 
@@ -277,6 +287,17 @@ constexpr OpDef kOps[] = {
     {OpId::adamw_update, "adamw_update", 1, 3, false, true, false, infer_adamw},
 
     // --- nn: batched matmul, embedding, pooling, attention ---
+    {OpId::bmm, "bmm", 2, 1, false, false, true, infer_bmm},
+    {OpId::embedding, "embedding", 2, 1, false, false, true, infer_embedding},
+    {OpId::embedding_backward, "embedding_backward", 2, 1, false, false, false,
+     infer_embedding_backward},
+    {OpId::avg_pool2d, "avg_pool2d", 1, 1, false, false, true, infer_avg_pool2d},
+    {OpId::avg_pool2d_backward, "avg_pool2d_backward", 1, 1, false, false, false,
+     infer_avg_pool2d_backward},
+    {OpId::adaptive_avg_pool2d, "adaptive_avg_pool2d", 1, 1, false, false, true,
+     infer_adaptive_avg_pool2d},
+    {OpId::adaptive_avg_pool2d_backward, "adaptive_avg_pool2d_backward", 1, 1, false, false, false,
+     infer_adaptive_avg_pool2d_backward},
 
     // attention
     {OpId::scaled_dot_product_attention, "scaled_dot_product_attention", 3, 2, false, false, true,

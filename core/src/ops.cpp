@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "ops_nn.h"
 #include "tessera/device.h"
 #include "tessera/errors.h"
 #include "tessera/runtime.h"
@@ -103,6 +104,8 @@ Tensor fold_transpose(const Tensor& t, bool& trans) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  if (a.defined() && b.defined() && (a.rank() != 2 || b.rank() != 2))
+    return matmul_nd(a, b, trans_a, trans_b);
   const Tensor fa = fold_transpose(a, trans_a), fb = fold_transpose(b, trans_b);
   return run1(OpId::matmul, {fa, fb}, MatmulAttrs{trans_a, trans_b});
 }

@@ -79,6 +79,13 @@ void infer_cross_entropy(const OpCall& call, std::span<TensorSpec> out);
 void infer_cross_entropy_backward(const OpCall& call, std::span<TensorSpec> out);
 
 // --- nn: batched matmul, embedding, pooling, attention ---
+void infer_bmm(const OpCall& call, std::span<TensorSpec> out);
+void infer_embedding(const OpCall& call, std::span<TensorSpec> out);
+void infer_embedding_backward(const OpCall& call, std::span<TensorSpec> out);
+void infer_avg_pool2d(const OpCall& call, std::span<TensorSpec> out);
+void infer_avg_pool2d_backward(const OpCall& call, std::span<TensorSpec> out);
+void infer_adaptive_avg_pool2d(const OpCall& call, std::span<TensorSpec> out);
+void infer_adaptive_avg_pool2d_backward(const OpCall& call, std::span<TensorSpec> out);
 
 // attention
 // scaled_dot_product_attention: q [...,L,E], k [...,S,E], v [...,S,Ev] (rank >= 2, the same

@@ -92,15 +92,15 @@ inline AxisSplit split_axis(const Shape& s, int axis) {
           static_cast<std::int32_t>(inner)};
 }
 
-// One conv2d: x [n,c,h,w], w [o,c,kh,kw], y [n,o,ho,wo].
+// One conv2d: x [n,c,h,w], w [o,c/groups,kh,kw], y [n,o,ho,wo], with dilation dh x dw.
 struct Conv {
-  std::int32_t n, c, h, w, o, kh, kw, ho, wo, sh, sw, ph, pw;
+  std::int32_t n, c, h, w, o, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw, groups;
 };
 
 inline Conv conv(const Shape& x, const Shape& w, const Shape& y, const Conv2dAttrs& a) {
   auto i = [](std::int64_t v) { return static_cast<std::int32_t>(v); };
-  return {i(x[0]), i(x[1]), i(x[2]),    i(x[3]),    i(w[0]), i(w[2]), i(w[3]),
-          i(y[2]), i(y[3]), a.stride_h, a.stride_w, a.pad_h, a.pad_w};
+  return {i(x[0]), i(x[1]),    i(x[2]),    i(x[3]), i(w[0]), i(w[2]),      i(w[3]),      i(y[2]),
+          i(y[3]), a.stride_h, a.stride_w, a.pad_h, a.pad_w, a.dilation_h, a.dilation_w, a.groups};
 }
 
 // The shapes of x, w and y in a conv2d, conv2d_backward_input or conv2d_backward_weight call,

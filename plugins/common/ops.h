@@ -23,6 +23,7 @@ void add_pointwise_ops(PortableOps& ops);
 void add_reduce_ops(PortableOps& ops);  // ops_reduce.cpp
 
 // --- nn: batched matmul, embedding, pooling, attention ---
+void add_nn_ops(PortableOps& ops);  // ops_nn.cpp
 
 // attention
 void add_attention_ops(PortableOps& ops);

@@ -17,6 +17,7 @@ set(TESSERA_PORTABLE_SOURCES
   # --- nn: batched matmul, embedding, pooling, attention ---
   # attention
   ${TESSERA_PORTABLE_DIR}/ops_attention.cpp
+  ${TESSERA_PORTABLE_DIR}/ops_nn.cpp
 )
 set(TESSERA_PORTABLE_KERNELS
   binary copy max_pool optim reduce sum_rows unary
@@ -36,6 +37,7 @@ set(TESSERA_PORTABLE_KERNELS
   attention_delta
   attention_bwd_kv
   attention_bwd_q
+  bmm embedding embedding_backward avg_pool conv2d conv2d_backward_weight
 )
 set(TESSERA_PORTABLE_PRELUDE
   ${TESSERA_PORTABLE_DIR}/kernels/prelude.glsl ${TESSERA_PORTABLE_DIR}/kernels/prelude.cl

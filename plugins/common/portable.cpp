@@ -88,6 +88,7 @@ const PortableOps& portable_ops() {
     add_reduce_ops(t);
 
     // --- nn: batched matmul, embedding, pooling, attention ---
+    add_nn_ops(t);
 
     // attention
     add_attention_ops(t);

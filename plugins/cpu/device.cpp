@@ -109,6 +109,9 @@ CpuDevice::CpuDevice(Threads threads) : pool_(threads.count), ctx_{pool_, blas()
 
   // attention
   register_attention(kernels_, ctx_);
+  register_bmm(kernels_, ctx_);
+  register_embedding(kernels_, ctx_);
+  register_avg_pool(kernels_, ctx_);
 }
 
 }  // namespace tessera::cpu

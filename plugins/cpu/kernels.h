@@ -88,6 +88,18 @@ void register_losses(KernelTable& table, Context& ctx);  // kernels_losses.cpp
 
 // attention
 void register_attention(KernelTable& table, Context& ctx);
+void register_bmm(KernelTable& table, Context& ctx);
+void register_embedding(KernelTable& table, Context& ctx);
+void register_avg_pool(KernelTable& table, Context& ctx);
+// Row-major C[m,n] = op(A) op(B) + beta * C with A and B stored as given (kernels_nn.cpp): on the
+// calling thread (gemm_serial), or cut into blocks over the pool (gemm, serial inside a worker).
+// Any extent may be 0 (k == 0 scales C by beta).
+void gemm_serial(const Blas& blas, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                 const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+                 float* c, std::int64_t ldc);
+void gemm(Context& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+          std::int64_t ldc);
 
 // Host pointers of a call's tensors (CPU buffers are host memory).
 template <typename T = float>

@@ -8,9 +8,7 @@
 #include "kernels.h"
 
 namespace tessera::cpu {
-namespace {
 
-// Row-major C[m,n] = op(A) op(B) + beta * C, with A and B stored as given, on the calling thread.
 void gemm_serial(const Blas& blas, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
                  float* c, std::int64_t ldc) {
@@ -24,12 +22,11 @@ void gemm_serial(const Blas& blas, bool ta, bool tb, std::int64_t m, std::int64_
   blas.sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
+namespace {
 // Below this many multiply-adds a GEMM runs on one thread: cutting it costs more than it saves.
 constexpr std::int64_t kGemmSplitMacs = 1 << 18;
+}  // namespace
 
-// The same GEMM cut into one block of C per pool thread: column blocks (multiples of 16, the
-// width of an AVX-512 register) when C is wider than tall, row blocks otherwise. Each block is a
-// single-threaded call of the GEMM library on its own thread.
 void gemm(Context& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
           std::int64_t ldc) {
@@ -51,6 +48,8 @@ void gemm(Context& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n, std::i
                   c + lo * ldc, ldc);
   });
 }
+
+namespace {
 
 // out = op(in0) op(in1) + beta * out, for a matmul or addmm call.
 void gemm_of(const OpCall& call, Context& ctx, float beta) {
@@ -80,20 +79,24 @@ void addmm_kernel(const OpCall& call, Context& ctx) {
 
 // The geometry of one conv2d, conv2d_backward_input or conv2d_backward_weight call, in 64 bits
 // (common::Conv is the GPU plugins' 32-bit launch form of the same).
+// With groups, input channels [gi*c/groups, (gi+1)*c/groups) feed output channels
+// [gi*o/groups, (gi+1)*o/groups): one GEMM per group over its rows of the im2col matrix.
 struct Conv {
   std::int64_t n, c, h, w, o, kh, kw, ho, wo;
-  int sh, sw, ph, pw;
-  std::int64_t rows() const { return c * kh * kw; }  // im2col rows
+  int sh, sw, ph, pw, dh, dw, groups;
+  std::int64_t rows() const { return c * kh * kw; }  // im2col rows (every group's)
   std::int64_t plane() const { return ho * wo; }     // output pixels per sample
   std::int64_t in_size() const { return c * h * w; }
   std::int64_t out_size() const { return o * plane(); }
+  std::int64_t group_rows() const { return rows() / groups; }  // a group's rows: a weight row
+  std::int64_t group_out() const { return o / groups; }        // output channels per group
 };
 
 Conv geometry(const OpCall& call) {
   const common::ConvShapes s = common::conv_shapes(call);
   const Conv2dAttrs& a = call.attr<Conv2dAttrs>();
-  return {s.x[0], s.x[1], s.x[2],     s.x[3],     s.w[0],  s.w[2], s.w[3],
-          s.y[2], s.y[3], a.stride_h, a.stride_w, a.pad_h, a.pad_w};
+  return {s.x[0], s.x[1],     s.x[2],     s.x[3],  s.w[0],  s.w[2],       s.w[3],       s.y[2],
+          s.y[3], a.stride_h, a.stride_w, a.pad_h, a.pad_w, a.dilation_h, a.dilation_w, a.groups};
 }
 
 // Columns [lo, hi) of output row |oh|'s input row for kernel column |j| lie inside the image;
@@ -102,11 +105,12 @@ struct Run {
   std::int64_t lo, hi;
 };
 Run inside(const Conv& g, std::int64_t j) {
-  const std::int64_t lo = std::clamp<std::int64_t>(g.pw - j, 0, g.wo);
-  return {lo, std::clamp<std::int64_t>(g.w + g.pw - j, lo, g.wo)};
+  const std::int64_t lo = std::clamp<std::int64_t>(g.pw - j * g.dw, 0, g.wo);
+  return {lo, std::clamp<std::int64_t>(g.w + g.pw - j * g.dw, lo, g.wo)};
 }
 
-// col[(c,i,j), p] = x[c, oh*sh - ph + i, ow*sw - pw + j] for one sample (zero in the padding).
+// col[(c,i,j), p] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] for one sample (zero in the
+// padding).
 void im2col(const Conv& g, const float* x, float* col) {
   for (std::int64_t c = 0; c < g.c; ++c)
     for (std::int64_t i = 0; i < g.kh; ++i)
@@ -114,7 +118,7 @@ void im2col(const Conv& g, const float* x, float* col) {
         float* dst = col + ((c * g.kh + i) * g.kw + j) * g.plane();
         const Run run = inside(g, j);
         for (std::int64_t oh = 0; oh < g.ho; ++oh) {
-          const std::int64_t ih = oh * g.sh - g.ph + i;
+          const std::int64_t ih = oh * g.sh - g.ph + i * g.dh;
           float* row = dst + oh * g.wo;
           if (ih < 0 || ih >= g.h) {
             std::fill_n(row, g.wo, 0.0f);
@@ -123,12 +127,12 @@ void im2col(const Conv& g, const float* x, float* col) {
           const float* src = x + (c * g.h + ih) * g.w;
           if (g.sw == 1) {  // one contiguous run between the padding
             std::fill(row, row + run.lo, 0.0f);
-            std::copy(src + run.lo - g.pw + j, src + run.hi - g.pw + j, row + run.lo);
+            std::copy(src + run.lo - g.pw + j * g.dw, src + run.hi - g.pw + j * g.dw, row + run.lo);
             std::fill(row + run.hi, row + g.wo, 0.0f);
             continue;
           }
           for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-            const std::int64_t iw = ow * g.sw - g.pw + j;
+            const std::int64_t iw = ow * g.sw - g.pw + j * g.dw;
             row[ow] = (iw >= 0 && iw < g.w) ? src[iw] : 0.0f;
           }
         }
@@ -144,17 +148,17 @@ void col2im(const Conv& g, const float* col, float* dx) {
         const float* src = col + ((c * g.kh + i) * g.kw + j) * g.plane();
         const Run run = inside(g, j);
         for (std::int64_t oh = 0; oh < g.ho; ++oh) {
-          const std::int64_t ih = oh * g.sh - g.ph + i;
+          const std::int64_t ih = oh * g.sh - g.ph + i * g.dh;
           if (ih < 0 || ih >= g.h) continue;
           float* drow = dx + (c * g.h + ih) * g.w;
           const float* row = src + oh * g.wo;
           if (g.sw == 1) {
-            float* d = drow - g.pw + j;
+            float* d = drow - g.pw + j * g.dw;
             for (std::int64_t ow = run.lo; ow < run.hi; ++ow) d[ow] += row[ow];
             continue;
           }
           for (std::int64_t ow = 0; ow < g.wo; ++ow) {
-            const std::int64_t iw = ow * g.sw - g.pw + j;
+            const std::int64_t iw = ow * g.sw - g.pw + j * g.dw;
             if (iw >= 0 && iw < g.w) drow[iw] += row[ow];
           }
         }
@@ -177,8 +181,11 @@ void conv2d_kernel(const OpCall& call, Context& ctx) {
     float* col = col_buffer.data();
     for (std::int64_t b = s; b < e; ++b) {
       im2col(g, x + b * g.in_size(), col);
-      gemm(ctx, false, false, g.o, g.plane(), g.rows(), w, g.rows(), col, g.plane(), 0.0f,
-           y + b * g.out_size(), g.plane());
+      for (int gi = 0; gi < g.groups; ++gi)
+        gemm(ctx, false, false, g.group_out(), g.plane(), g.group_rows(),
+             w + gi * g.group_out() * g.group_rows(), g.group_rows(),
+             col + gi * g.group_rows() * g.plane(), g.plane(), 0.0f,
+             y + b * g.out_size() + gi * g.group_out() * g.plane(), g.plane());
     }
   });
 }
@@ -192,21 +199,24 @@ void conv2d_backward_input_kernel(const OpCall& call, Context& ctx) {
     ScratchBuffers::Lease col_buffer(ctx.scratch, g.rows() * g.plane());
     float* col = col_buffer.data();
     for (std::int64_t b = s; b < e; ++b) {
-      gemm(ctx, true, false, g.rows(), g.plane(), g.o, w, g.rows(), gy + b * g.out_size(),
-           g.plane(), 0.0f, col, g.plane());
+      for (int gi = 0; gi < g.groups; ++gi)
+        gemm(ctx, true, false, g.group_rows(), g.plane(), g.group_out(),
+             w + gi * g.group_out() * g.group_rows(), g.group_rows(),
+             gy + b * g.out_size() + gi * g.group_out() * g.plane(), g.plane(), 0.0f,
+             col + gi * g.group_rows() * g.plane(), g.plane());
       col2im(g, col, dx + b * g.in_size());
     }
   });
 }
 
-// dw = sum over samples of gy_b [O, P] col_b^T [P, CKK]: each thread accumulates its share of the
-// samples into its own [O, CKK] (the first into dw itself), then the shares are added.
+// dw = sum over samples of gy_b [O, P] col_b^T [P, CKK] (per group): each thread accumulates its
+// share of the samples into its own [O, CKK] (the first into dw itself), then the shares are added.
 void conv2d_backward_weight_kernel(const OpCall& call, Context& ctx) {
   const Conv g = geometry(call);
   const float* gy = in_ptr(call, 0);
   const float* x = in_ptr(call, 1);
   float* dw = out_ptr(call, 0);
-  const std::int64_t size = g.o * g.rows();
+  const std::int64_t size = g.o * g.group_rows();
   const int parts = static_cast<int>(std::clamp<std::int64_t>(g.n, 1, ctx.pool.size()));
   std::vector<float> shares(static_cast<std::size_t>((parts - 1) * size));
   ctx.pool.run_parts(parts, [&](int p, int count) {
@@ -217,8 +227,11 @@ void conv2d_backward_weight_kernel(const OpCall& call, Context& ctx) {
     float* col = col_buffer.data();
     for (std::int64_t b = lo; b < hi; ++b) {
       im2col(g, x + b * g.in_size(), col);
-      gemm(ctx, false, true, g.o, g.rows(), g.plane(), gy + b * g.out_size(), g.plane(), col,
-           g.plane(), b == lo ? 0.0f : 1.0f, acc, g.rows());
+      for (int gi = 0; gi < g.groups; ++gi)
+        gemm(ctx, false, true, g.group_out(), g.group_rows(), g.plane(),
+             gy + b * g.out_size() + gi * g.group_out() * g.plane(), g.plane(),
+             col + gi * g.group_rows() * g.plane(), g.plane(), b == lo ? 0.0f : 1.0f,
+             acc + gi * g.group_out() * g.group_rows(), g.group_rows());
     }
   });
   for (int p = 1; p < parts; ++p) {

@@ -86,29 +86,6 @@ void matmul(const OpCall& call, Context& ctx) {
       .enqueue({gx, gy}, {lx, ly});
 }
 
-// conv2d and conv2d_backward_input: one work-item per output element.
-template <const char* kName>
-void conv(const OpCall& call, Context& ctx) {
-  Launch(ctx, "nn.cl", kName)
-      .tensor(call.in(0))
-      .tensor(call.in(1))
-      .tensor(call.out(0))
-      .arg(common::conv(call))
-      .run(call.out(0).numel());
-}
-
-void conv2d_backward_weight(const OpCall& call, Context& ctx) {
-  Launch(ctx, "nn.cl", "conv2d_backward_weight")
-      .tensor(call.in(0))
-      .tensor(call.in(1))
-      .tensor(call.out(0))
-      .arg(common::conv(call))
-      .run_groups(call.out(0).numel(), ctx.reduce_wg);
-}
-
-// Kernel names as template arguments.
-constexpr char kConv[] = "conv2d", kConvInput[] = "conv2d_backward_input";
-
 // addmm: the GEMM, then the bias added in place over the output (two launches, as matmul and add
 // would be; a bias epilogue in the GEMM kernel is the next step).
 void addmm(const OpCall& call, Context& ctx) {
@@ -125,9 +102,6 @@ void register_kernels(KernelTable& t, Context& ctx) {
   };
   set(OpId::matmul, matmul);
   set(OpId::addmm, addmm);
-  set(OpId::conv2d, conv<kConv>);
-  set(OpId::conv2d_backward_input, conv<kConvInput>);
-  set(OpId::conv2d_backward_weight, conv2d_backward_weight);
 }
 
 }  // namespace tessera::opencl

@@ -107,33 +107,6 @@ void addmm(const OpCall& call, VulkanDevice& dev) {
   common::bias_add(call, dev.launcher());
 }
 
-// kOp 0 conv2d (x, w) -> y, 1 conv2d_backward_input (gy, w) -> dx: one invocation per output.
-template <int kOp>
-void conv(const OpCall& call, VulkanDevice& dev) {
-  Dispatch(dev, "nn", {kOp})
-      .in(call.in(0))
-      .in(call.in(1))
-      .out(call.out(0))
-      .unused()
-      .offset(call.in(0))
-      .offset(call.in(1))
-      .offset(call.out(0))
-      .words(common::conv(call))
-      .run(call.out(0).numel());
-}
-
-void conv2d_backward_weight(const OpCall& call, VulkanDevice& dev) {
-  Dispatch(dev, "reduce_group", {2})
-      .in(call.in(1))
-      .out(call.out(0))
-      .in(call.in(0))
-      .offset(call.in(1))
-      .offset(call.out(0))
-      .offset(call.in(0))
-      .words(common::conv(call))
-      .groups(call.out(0).numel());
-}
-
 }  // namespace
 
 void register_kernels(KernelTable& t, VulkanDevice& dev) {
@@ -143,9 +116,6 @@ void register_kernels(KernelTable& t, VulkanDevice& dev) {
   };
   set(OpId::matmul, matmul);
   set(OpId::addmm, addmm);
-  set(OpId::conv2d, conv<0>);
-  set(OpId::conv2d_backward_input, conv<1>);
-  set(OpId::conv2d_backward_weight, conv2d_backward_weight);
 }
 
 }  // namespace tessera::vulkan

@@ -38,6 +38,8 @@ std::vector<Case> reduce_grad_cases();  // test_reduce_grad.cpp
 // attention
 std::vector<Case> attention_op_cases();
 std::vector<Case> attention_grad_cases();
+std::vector<Case> nn_op_cases();    // test_nn.cpp
+std::vector<Case> nn_grad_cases();  // test_nn.cpp
 
 // Fresh random inputs on every run (the seed is printed by main.cpp for reproduction).
 std::mt19937& rng();

@@ -108,6 +108,8 @@ int main(int argc, char** argv) {
     conformance::register_cases("Grad", d, conformance::reduce_grad_cases());
 
     // --- nn: batched matmul, embedding, pooling, attention ---
+    conformance::register_cases("Ops", d, conformance::nn_op_cases());
+    conformance::register_cases("Grad", d, conformance::nn_grad_cases());
 
     // attention
     conformance::register_cases("Ops", d, conformance::attention_op_cases());

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "autograd_nn.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 
@@ -210,6 +211,7 @@ Tensor spread(const Tensor& g, const Shape& shape, int axis) {
 }  // namespace
 
 Variable matmul(const Variable& a, const Variable& b, bool ta, bool tb) {
+  if (a.shape().rank() != 2 || b.shape().rank() != 2) return matmul_nd(a, b, ta, tb);
   return make_result(tessera::matmul(a.value(), b.value(), ta, tb), {a, b},
                      [a, b, ta, tb](const Tensor& g) -> Grads {
                        Tensor ga, gb;

@@ -98,6 +98,13 @@ enum class OpId : std::uint16_t {
   adamw_update,         // (grad) -> param, m, v updated in place, AdamAttrs (decoupled decay)
 
   // --- nn: batched matmul, embedding, pooling, attention ---
+  bmm,                 // (a [...,M,K], b [...,K,N]) -> [...,M,N], batch dims broadcast; MatmulAttrs
+  embedding,           // (weight [V,D], indices i32/i64 [...]) -> [...,D]
+  embedding_backward,  // (grad [...,D], indices) -> [V,D] (shape given), EmbeddingAttrs
+  avg_pool2d,          // (x [N,C,H,W]) -> [N,C,HO,WO], AvgPool2dAttrs
+  avg_pool2d_backward,           // (grad [N,C,HO,WO]) -> [N,C,H,W] (shape given), AvgPool2dAttrs
+  adaptive_avg_pool2d,           // (x [N,C,H,W]) -> [N,C,OH,OW] (shape given)
+  adaptive_avg_pool2d_backward,  // (grad [N,C,OH,OW]) -> [N,C,H,W] (shape given)
 
   // attention
   // (q [...,L,E], k [...,S,E], v [...,S,Ev]) -> (out [...,L,Ev], lse [...,L]), AttentionAttrs
@@ -124,13 +131,33 @@ struct AxisAttrs {
   int axis = -1;  // already normalised to [0, rank) when a kernel sees it
   bool keepdim = false;
 };
+// torch.nn.functional.conv2d's stride, padding, dilation and groups: the input's C channels and
+// the output's O channels are cut into |groups| groups, and output group g sees input group g
+// only (weight [O, C/groups, KH, KW]); groups == C == O is a depthwise convolution.
 struct Conv2dAttrs {
   int stride_h = 1, stride_w = 1;
   int pad_h = 0, pad_w = 0;
+  int dilation_h = 1, dilation_w = 1;
+  int groups = 1;
 };
 struct Pool2dAttrs {
   int kernel_h = 2, kernel_w = 2;
   int stride_h = 2, stride_w = 2;
+};
+// torch.nn.functional.avg_pool2d (ceil_mode false, divisor_override none): windows of
+// kernel_h x kernel_w taken every stride, over the input padded by pad_h/pad_w zeros (at most half
+// the kernel); the divisor counts the padding when count_include_pad, else only the window's
+// elements inside the input.
+struct AvgPool2dAttrs {
+  int kernel_h = 2, kernel_w = 2;
+  int stride_h = 2, stride_w = 2;
+  int pad_h = 0, pad_w = 0;
+  bool count_include_pad = true;
+};
+// torch.nn.functional.embedding's padding_idx: the row that gets no gradient, in [0, V), or -1
+// for none.
+struct EmbeddingAttrs {
+  std::int64_t padding_idx = -1;
 };
 // param -= lr * v, where v = momentum * v + (1 - dampening) * (grad + weight_decay * param), as
 // torch.optim.SGD (v starts as the first gradient when momentum > 0; with momentum == 0 the
@@ -227,7 +254,7 @@ using OpAttrs = std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2
                              // --- reductions, normalisation, losses, optimizers ---
                              VarAttrs, LayerNormAttrs, BatchNormAttrs, LossAttrs, CrossEntropyAttrs,
                              // --- nn: batched matmul, embedding, pooling, attention ---
-                             AttentionAttrs>;
+                             AvgPool2dAttrs, EmbeddingAttrs, AttentionAttrs>;
 
 // The counter-based random number behind dropout_mask, written with 32-bit integer operations
 // only so that a GLSL or OpenCL kernel computes the same value: a uniform float in [0, 1) with

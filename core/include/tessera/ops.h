@@ -19,6 +19,12 @@ namespace tessera {
 // checked and used), then dispatches. The building block of every function below.
 void run_op(OpCall& call);
 
+// torch.matmul(op(a), op(b)), op(x) = x or x with its last two dimensions swapped: two matrices
+// run the 2-D matmul op; a vector operand is a row (a) or column (b) whose added dimension is
+// removed from the result (the flag of a vector is ignored); operands of rank 3 or more run bmm
+// (below), batch dimensions broadcast ([..., M, K] @ [K, N] with a contiguous folds into one 2-D
+// GEMM). Throws InvalidArgument naming the shapes when the inner dimensions differ, the batch
+// dimensions do not broadcast or an operand has rank 0.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // op(a) @ op(b) + bias, bias [N] added to every row (a Linear layer's forward). One kernel where
 // the device has one; a device without it runs matmul then add, on that device (no fallback).
@@ -263,5 +269,38 @@ AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, con
                                                      const Tensor& key, const Tensor& value,
                                                      const Tensor& out, const Tensor& lse,
                                                      const AttentionAttrs& attrs);
+// Batched op(a) @ op(b) for a [..., M, K] and b [..., K, N] (trans_a: a holds [..., K, M],
+// trans_b: b holds [..., N, K]), both of rank >= 2: the batch dimensions (all but the last two)
+// broadcast as torch.matmul's do (an operand with batch extent 1 is read again for every batch,
+// not copied); the result is [broadcast batch..., M, N]. torch.bmm is the 3-D case without
+// broadcast. A view whose last two dimensions are swapped from a contiguous tensor folds into the
+// flag. Throws InvalidArgument naming the shapes when the inner dimensions differ or the batch
+// dimensions do not broadcast.
+Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// torch.nn.functional.embedding(indices, weight) in ATen's argument order (at::embedding): the
+// rows of |weight| [V, D] picked by |indices| (i32 or i64, any shape of rank < 6), shape
+// [...indices, D]. An index outside [0, V) gives a row of NaN on every device (PyTorch raises;
+// the devices can not). Throws InvalidArgument for a weight that is not 2-D or other index dtypes.
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+// at::embedding_backward (dense, no scale_grad_by_freq): the [num_weights, D] gradient of the
+// weight, row v the sum of the rows of |grad| [...indices, D] whose index is v, added in
+// position order (the same bits on every run and every device); row |padding_idx| (in [0, V),
+// or -1 for none) and indices outside [0, V) get nothing. Throws InvalidArgument when grad is not
+// [...indices, D] or padding_idx is out of range.
+Tensor embedding_backward(const Tensor& grad, const Tensor& indices, std::int64_t num_weights,
+                          std::int64_t padding_idx = -1);
+// torch.nn.functional.avg_pool2d(x, kernel, stride, padding, ceil_mode=False,
+// count_include_pad) over x [N,C,H,W] (AvgPool2dAttrs in op.h). Throws InvalidArgument for a
+// non-positive kernel or stride, padding beyond half the kernel, or a kernel larger than the
+// padded input.
+Tensor avg_pool2d(const Tensor& x, AvgPool2dAttrs attrs = {});
+// The gradient of avg_pool2d with respect to its input of shape |input_shape|.
+Tensor avg_pool2d_backward(const Tensor& grad, const Shape& input_shape, AvgPool2dAttrs attrs = {});
+// torch.nn.functional.adaptive_avg_pool2d(x, (out_h, out_w)) over x [N,C,H,W]: output cell
+// (i, j) averages rows [floor(i*H/OH), ceil((i+1)*H/OH)) and the columns likewise. Throws
+// InvalidArgument for an input that is not 4-D, an empty plane or a non-positive output size.
+Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out_w);
+// The gradient of adaptive_avg_pool2d with respect to its input of shape |input_shape|.
+Tensor adaptive_avg_pool2d_backward(const Tensor& grad, const Shape& input_shape);
 
 }  // namespace tessera

@@ -164,6 +164,17 @@ Variable mse_loss(const Variable& input, const Variable& target,
                   Reduction reduction = Reduction::mean);
 
 // --- nn: batched matmul, embedding, pooling, attention ---
+// tessera::bmm, differentiable: the gradients are summed over the batch dimensions that
+// broadcast. (matmul above follows torch.matmul's rules for every rank, through this.)
+Variable bmm(const Variable& a, const Variable& b, bool trans_a = false, bool trans_b = false);
+// torch.nn.functional.embedding(indices, weight, padding_idx) in ATen's argument order: rows of
+// |weight| [V, D] picked by |indices| (i32 or i64, not differentiated). |padding_idx| in [-V, V)
+// (negative counts from the end, as PyTorch) names the row that gets no gradient. Throws
+// InvalidArgument for a padding_idx out of range and as tessera::embedding does.
+Variable embedding(const Variable& weight, const Tensor& indices,
+                   std::optional<std::int64_t> padding_idx = std::nullopt);
+Variable avg_pool2d(const Variable& x, AvgPool2dAttrs attrs = {});
+Variable adaptive_avg_pool2d(const Variable& x, std::int64_t out_h, std::int64_t out_w);
 
 // attention
 // scaled_dot_product_attention (ops.h) with gradients for query, key and value: the backward is
