@@ -198,6 +198,21 @@ CASES = {
     "adamw_step": Ref(optimizer_step(
         lambda q: torch.optim.AdamW(q, lr=0.1, weight_decay=0.1),
         lambda m, v: {"step": torch.tensor(2.0), "exp_avg": m, "exp_avg_sq": v}), tol=1e-4),
+    # --- nn (cases_nn.cpp) ---
+    "bmm": Ref(torch.bmm),
+    "bmm_trans": Ref(lambda a, b: torch.bmm(a.transpose(1, 2), b.transpose(1, 2))),
+    "matmul_broadcast_batch": Ref(torch.matmul),
+    "matmul_batch_view": Ref(lambda a, b: a @ b.transpose(1, 2)),
+    "embedding": Ref(lambda w, i: F.embedding(i, w)),
+    "embedding_padding_i64": Ref(lambda w, i: F.embedding(i, w, padding_idx=2)),
+    "avg_pool2d": Ref(lambda x: F.avg_pool2d(x, 2)),
+    "avg_pool2d_k3_s2_pad1": Ref(lambda x: F.avg_pool2d(x, 3, 2, 1)),
+    "avg_pool2d_exclude_pad": Ref(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False)),
+    "adaptive_avg_pool2d": Ref(lambda x: F.adaptive_avg_pool2d(x, (3, 4))),
+    "adaptive_avg_pool2d_1x1": Ref(lambda x: F.adaptive_avg_pool2d(x, 1)),
+    "conv2d_groups": Ref(lambda x, w: F.conv2d(x, w, padding=1, groups=2)),
+    "conv2d_depthwise": Ref(lambda x, w: F.conv2d(x, w, stride=2, padding=1, groups=3)),
+    "conv2d_dilation": Ref(lambda x, w: F.conv2d(x, w, padding=2, dilation=2)),
     # --- attention (cases_attention.cpp) ---
     "sdpa": Ref(sdpa),
     "sdpa_causal": Ref(lambda q, k, v: sdpa(q, k, v, causal=True)),

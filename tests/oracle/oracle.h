@@ -61,6 +61,7 @@ struct Case {
 std::vector<Case> base_cases();
 std::vector<Case> pointwise_cases();  // cases_pointwise.cpp
 std::vector<Case> reduce_cases();     // cases_reduce.cpp
+std::vector<Case> nn_cases();         // cases_nn.cpp
 std::vector<Case> attention_cases();  // cases_attention.cpp
 
 }  // namespace tessera::oracle
