@@ -35,6 +35,14 @@ Tensor randn(const Shape& shape, Device& dev) {
   return Tensor::from(v, shape, &dev);
 }
 
+std::function<void()> setup_bmm(Device& dev, const std::vector<std::int64_t>& s, json& r) {
+  const std::int64_t b = s[0], m = s[1], k = s[2], n = s[3];
+  r["shape"] = fmt::format("[{}, {}, {}] x [{}, {}, {}]", b, m, k, b, k, n);
+  r["flop"] = 2.0 * double(b) * double(m) * double(n) * double(k);
+  const Tensor x = randn({b, m, k}, dev), y = randn({b, k, n}, dev);
+  return [x, y] { (void)bmm(x, y); };
+}
+
 std::function<void()> setup_layer_norm(Device& dev, const std::vector<std::int64_t>& s, json& r) {
   const std::int64_t rows = s[0], cols = s[1];
   r["shape"] = fmt::format("[{}, {}], normalized_shape [{}], weight and bias", rows, cols, cols);
@@ -62,10 +70,27 @@ std::function<void()> setup_attention(Device& dev, const std::vector<std::int64_
   };
 }
 
+std::function<void()> setup_embedding_backward(Device& dev, const std::vector<std::int64_t>& s,
+                                               json& r) {
+  const std::int64_t n = s[0], vocab = s[1], dim = s[2];
+  r["shape"] = fmt::format("{} int64 indices uniform in [0, {}), grad [{}, {}] -> [{}, {}]", n,
+                           vocab, n, dim, vocab, dim);
+  std::uniform_int_distribution<std::int64_t> d(0, vocab - 1);
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
+  for (auto& i : idx) i = d(rng());
+  const Tensor indices =
+      Tensor::from_bytes(idx.data(), idx.size() * sizeof(std::int64_t), {n}, DType::i64, &dev);
+  const Tensor g = randn({n, dim}, dev);
+  return [g, indices, vocab] { (void)embedding_backward(g, indices, vocab); };
+}
+
 const std::vector<OpCase>& op_cases() {
   static const std::vector<OpCase> cases{
+      {"bmm", {64, 256, 256, 256}, {2, 8, 8, 8}, setup_bmm},
       {"layer_norm", {8192, 1024}, {4, 16}, setup_layer_norm},
       {"attention", {8, 8, 512, 64}, {1, 2, 8, 4}, setup_attention},
+      // V = 50257: GPT-2's vocabulary.
+      {"embedding_backward", {32768, 50257, 512}, {16, 50, 8}, setup_embedding_backward},
   };
   return cases;
 }

@@ -23,7 +23,7 @@ std::string peer_python() {
 }
 
 // tessera-bench's op cases (apps/bench_ops.h).
-const std::set<std::string> kOpCases{"layer_norm", "attention"};
+const std::set<std::string> kOpCases{"bmm", "layer_norm", "attention", "embedding_backward"};
 
 }  // namespace
 
