@@ -79,17 +79,21 @@ void Dispatcher::run_fallback(Device& device, Device& target, const OpCall& call
   OpCall moved = call;
   for (int i = 0; i < call.num_inputs; ++i)
     moved.inputs[static_cast<std::size_t>(i)] = mirror(call.in(i), target, true, bytes);
-  const bool inplace = op_def(call.op).inplace;
+  // A strided output keeps the values between its elements: they are mirrored too.
+  const bool keep = op_def(call.op).inplace || op_def(call.op).strided_outputs;
   for (int i = 0; i < call.num_outputs; ++i)
-    moved.outputs[static_cast<std::size_t>(i)] = mirror(call.out(i), target, inplace, bytes);
+    moved.outputs[static_cast<std::size_t>(i)] = mirror(call.out(i), target, keep, bytes);
 
   target.kernel(call.op)->launch(moved, target.queue());
 
+  // The whole range each output spans goes back: for a strided output (strided_outputs) the
+  // elements between its own were mirrored with their values and come back unchanged.
   for (int i = 0; i < call.num_outputs; ++i) {
     const Tensor& src = moved.out(i);
     const Tensor& dst = call.out(i);
-    transfer(target, src.buffer(), 0, device, dst.buffer(), dst.byte_offset(), dst.nbytes());
-    bytes += dst.nbytes();
+    const auto [start, length] = view_span(dst);
+    if (length) transfer(target, src.buffer(), 0, device, dst.buffer(), start, length);
+    bytes += length;
   }
 
   std::lock_guard lock(mu_);

@@ -241,6 +241,15 @@ constexpr OpDef kOps[] = {
     {OpId::addmm, "addmm", 3, 1, false, false, true, infer_addmm},
 
     // --- tensor API: casts, factories, indexing ---
+    {OpId::cast, "cast", 1, 1, true, false, false, infer_cast},
+    {OpId::copy_into, "copy_into", 1, 1, true, true, false, infer_copy_into, true},
+    {OpId::arange, "arange", 0, 1, false, true, false, infer_arange},
+    {OpId::rand, "rand", 0, 1, false, true, false, infer_random},
+    {OpId::randn, "randn", 0, 1, false, true, false, infer_random},
+    {OpId::randint, "randint", 0, 1, false, true, false, infer_random},
+    {OpId::index_select, "index_select", 2, 1, false, false, true, infer_index_select},
+    {OpId::index_select_backward, "index_select_backward", 2, 1, false, false, false,
+     infer_index_select_backward},
 
     // --- element-wise math, comparisons, selection ---
     {OpId::neg, "neg", 1, 1, false, false, true, infer_numeric_unary},

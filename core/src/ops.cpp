@@ -1,6 +1,7 @@
 #include "tessera/ops.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -77,8 +78,9 @@ void run_op(OpCall& call) {
     Tensor& out = call.outputs[static_cast<std::size_t>(i)];
     if (!out.defined()) {
       out = Tensor::empty(s.shape, s.dtype, dev);
-    } else if (!out.is_contiguous() || out.dtype() != s.dtype) {
-      throw InvalidArgument(fmt::format("{}: output {} must be a contiguous {} tensor", def.name, i,
+    } else if ((!def.strided_outputs && !out.is_contiguous()) || out.dtype() != s.dtype) {
+      throw InvalidArgument(fmt::format("{}: output {} must be a {}{} tensor", def.name, i,
+                                        def.strided_outputs ? "" : "contiguous ",
                                         dtype_name(s.dtype)));
     }
   }
@@ -223,13 +225,70 @@ Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, const Shap
 Tensor max_backward(const Tensor& grad, const Tensor& x, int axis) {
   return run1(OpId::max_backward, {grad, x}, axis_attrs(x, axis, false));
 }
+// Whether |dev| refuses |call| but runs copy_into into |dst| from |src|: a dtype that the device's
+// copy or fill kernel does not take (the GPUs' take 4-byte elements) then goes through copy_into.
+bool through_copy_into(Device& dev, const OpCall& call, const Tensor& src, const Tensor& dst) {
+  if (dev.supports(call)) return false;
+  OpCall into = make_call(OpId::copy_into, {src});
+  into.outputs[0] = dst;
+  return static_cast<bool>(dev.supports(into));
+}
+
 Tensor copy(const Tensor& x) {
+  if (x.defined()) {
+    Tensor out = Tensor::empty(x.shape(), x.dtype(), &x.device());
+    if (through_copy_into(x.device(), make_call(OpId::copy, {x}), x, out)) {
+      copy_(out, x);
+      return out;
+    }
+    OpCall call = make_call(OpId::copy, {x});
+    call.outputs[0] = out;
+    run_op(call);
+    return out;
+  }
   return run1(OpId::copy, {x});
 }
+
+namespace {
+// |value| as one element of |dtype|, in host memory (the types of the dtypes copy_into takes).
+Tensor scalar_on(Device& dev, double value, DType dtype) {
+  unsigned char bytes[8] = {};
+  auto put = [&bytes]<typename T>(T v) { std::memcpy(bytes, &v, sizeof v); };
+  switch (dtype) {
+    case DType::f64:
+      put(value);
+      break;
+    case DType::i32:
+      put(static_cast<std::int32_t>(value));
+      break;
+    case DType::i64:
+      put(static_cast<std::int64_t>(value));
+      break;
+    case DType::u8:
+      put(static_cast<std::uint8_t>(value));
+      break;
+    case DType::boolean:
+      put(static_cast<std::uint8_t>(value != 0));
+      break;
+    default:
+      put(static_cast<float>(value));
+      break;
+  }
+  return Tensor::from_bytes(bytes, dtype_size(dtype), {}, dtype, &dev);
+}
+}  // namespace
 
 void fill_(Tensor& t, double value) {
   OpCall call = make_call(OpId::fill, {}, ScalarAttrs{value});
   call.outputs[0] = t;
+  if (t.defined() && t.dtype() != DType::f16 && t.dtype() != DType::bf16 &&
+      !t.device().supports(call)) {
+    const Tensor one = scalar_on(t.device(), value, t.dtype());
+    if (through_copy_into(t.device(), call, one.expand(t.shape()), t)) {
+      copy_(t, one);
+      return;
+    }
+  }
   run_op(call);
 }
 

@@ -41,7 +41,13 @@ inline void require_spec(const OpCall& call, const TensorSpec& s, const Shape& w
           s.shape.str());
 }
 
-// --- tensor API: casts, factories, indexing ---
+// --- tensor API: casts, factories, indexing --- (rules_tensor.cpp)
+void infer_cast(const OpCall& call, std::span<TensorSpec> out);
+void infer_copy_into(const OpCall& call, std::span<TensorSpec> out);
+void infer_arange(const OpCall& call, std::span<TensorSpec> out);
+void infer_random(const OpCall& call, std::span<TensorSpec> out);
+void infer_index_select(const OpCall& call, std::span<TensorSpec> out);
+void infer_index_select_backward(const OpCall& call, std::span<TensorSpec> out);
 
 // --- element-wise math, comparisons, selection ---
 // (rules_pointwise.cpp) Unary ops keep the shape and dtype of x: numeric (any dtype but bool) or

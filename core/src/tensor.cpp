@@ -91,61 +91,31 @@ Tensor Tensor::to(Device& target) const {
   return dst;
 }
 
-Tensor Tensor::transpose(int dim0, int dim1) const {
-  const int a = shape_.normalize_axis(dim0), b = shape_.normalize_axis(dim1);
-  Tensor v = *this;
-  std::swap(v.shape_[a], v.shape_[b]);
-  std::swap(v.strides_[a], v.strides_[b]);
-  return v;
-}
-
 Tensor Tensor::expand(const Shape& shape) const {
   if (shape.rank() < rank())
     throw InvalidArgument(
-        fmt::format("can not expand {} to fewer dimensions {}", shape_.str(), shape.str()));
+        fmt::format("expand: can not expand {} to fewer dimensions {}", shape_.str(), shape.str()));
+  Shape target = shape;
   Strides s = shape;
   const int lead = shape.rank() - rank();
   for (int i = 0; i < shape.rank(); ++i) {
     const int src = i - lead;
+    if (src >= 0 && shape[i] == -1) target[i] = shape_[src];  // -1 keeps the extent, as in torch
+    if (target[i] < 0)
+      throw InvalidArgument(fmt::format("expand: can not expand {} to {} (dimension {})",
+                                        shape_.str(), shape.str(), i));
     if (src < 0) {
       s[i] = 0;
-    } else if (shape_[src] == shape[i]) {
+    } else if (shape_[src] == target[i]) {
       s[i] = strides_[src];
     } else if (shape_[src] == 1) {
       s[i] = 0;
     } else {
-      throw InvalidArgument(
-          fmt::format("can not expand {} to {} (dimension {})", shape_.str(), shape.str(), i));
+      throw InvalidArgument(fmt::format("expand: can not expand {} to {} (dimension {})",
+                                        shape_.str(), shape.str(), i));
     }
   }
-  return Tensor(storage_, shape, s, offset_, dtype_);
-}
-
-Tensor Tensor::reshape(const Shape& shape) const {
-  Shape target = shape;
-  int infer = -1;
-  std::int64_t known = 1;
-  for (int i = 0; i < target.rank(); ++i) {
-    if (target[i] == -1) {
-      if (infer >= 0) throw InvalidArgument("reshape: only one extent may be -1");
-      infer = i;
-    } else if (target[i] < 0) {
-      throw InvalidArgument(fmt::format("reshape: invalid shape {}", shape.str()));
-    } else {
-      known *= target[i];
-    }
-  }
-  if (infer >= 0) {
-    if (known == 0 || numel() % known != 0)
-      throw InvalidArgument(
-          fmt::format("reshape: can not reshape {} into {}", shape_.str(), shape.str()));
-    target[infer] = numel() / known;
-  }
-  if (target.numel() != numel())
-    throw InvalidArgument(fmt::format("reshape: can not reshape {} ({} elements) into {}",
-                                      shape_.str(), numel(), shape.str()));
-  const Tensor src = contiguous();
-  return Tensor(src.storage_, target, contiguous_strides(target), src.offset_, dtype_);
+  return Tensor(storage_, target, s, offset_, dtype_);
 }
 
 Tensor Tensor::contiguous() const {

@@ -14,6 +14,7 @@ void add_base_ops(PortableOps& ops);
 void bias_add(const OpCall& addmm, Launcher& l);
 
 // --- tensor API: casts, factories, indexing ---
+void add_tensor_ops(PortableOps& ops);
 
 // --- element-wise math, comparisons, selection ---
 // Element-wise math, comparisons, where and masked_fill (ops_pointwise.cpp).

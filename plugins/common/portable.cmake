@@ -7,6 +7,7 @@ set(TESSERA_PORTABLE_SOURCES
   ${TESSERA_PORTABLE_DIR}/ops_base.cpp
 
   # --- tensor API: casts, factories, indexing ---
+  ${TESSERA_PORTABLE_DIR}/ops_tensor.cpp
 
   # --- element-wise math, comparisons, selection ---
   ${TESSERA_PORTABLE_DIR}/ops_pointwise.cpp
@@ -23,6 +24,12 @@ set(TESSERA_PORTABLE_KERNELS
   binary copy max_pool optim reduce sum_rows unary
 
   # --- tensor API: casts, factories, indexing ---
+  tensor_arange
+  tensor_cast
+  tensor_copy
+  tensor_index_backward
+  tensor_index_select
+  tensor_random
 
   # --- element-wise math, comparisons, selection ---
   pointwise_unary

@@ -80,6 +80,7 @@ const PortableOps& portable_ops() {
     add_base_ops(t);
 
     // --- tensor API: casts, factories, indexing ---
+    add_tensor_ops(t);
 
     // --- element-wise math, comparisons, selection ---
     add_pointwise_ops(t);

@@ -96,6 +96,7 @@ CpuDevice::CpuDevice(Threads threads) : pool_(threads.count), ctx_{pool_, blas()
   register_optim(kernels_, ctx_);
 
   // --- tensor API: casts, factories, indexing ---
+  register_tensor(kernels_, ctx_);
 
   // --- element-wise math, comparisons, selection ---
   register_pointwise(kernels_, ctx_);

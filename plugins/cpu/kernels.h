@@ -75,6 +75,7 @@ void register_nn(KernelTable& table, Context& ctx);
 void register_optim(KernelTable& table, Context& ctx);
 
 // --- tensor API: casts, factories, indexing ---
+void register_tensor(KernelTable& table, Context& ctx);
 
 // --- element-wise math, comparisons, selection ---
 void register_pointwise(KernelTable& table, Context& ctx);

@@ -123,6 +123,10 @@ void fill_kernel(const OpCall& call, Context& ctx) {
       return fill_typed<std::int32_t>(call, ctx);
     case DType::u8:
       return fill_typed<std::uint8_t>(call, ctx);
+    case DType::i64:
+      return fill_typed<std::int64_t>(call, ctx);
+    case DType::boolean:  // torch.full(..., True): any non-zero value is 1
+      return fill_typed<bool>(call, ctx);
     default:
       break;
   }
@@ -144,7 +148,8 @@ Support any_dtype(const OpCall&) {
 
 Support fill_dtypes(const OpCall& call) {
   const DType t = call.out(0).dtype();
-  if (t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::u8)
+  if (t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::u8 || t == DType::i64 ||
+      t == DType::boolean)
     return Support::yes();
   return Support::no(fmt::format("fill of {} is not implemented", dtype_name(t)));
 }

@@ -23,6 +23,8 @@ std::vector<Case> op_cases();
 std::vector<Case> grad_cases();
 
 // --- tensor API: casts, factories, indexing ---
+std::vector<Case> tensor_cases();       // test_tensor.cpp
+std::vector<Case> tensor_grad_cases();  // test_tensor_grad.cpp
 
 // --- element-wise math, comparisons, selection ---
 // test_pointwise.cpp (values) and test_grad_pointwise.cpp (gradients).

@@ -98,6 +98,8 @@ int main(int argc, char** argv) {
     conformance::register_cases("Grad", d, conformance::grad_cases());
 
     // --- tensor API: casts, factories, indexing ---
+    conformance::register_cases("Tensor", d, conformance::tensor_cases());
+    conformance::register_cases("TensorGrad", d, conformance::tensor_grad_cases());
 
     // --- element-wise math, comparisons, selection ---
     conformance::register_cases("Ops", d, conformance::pointwise_cases());

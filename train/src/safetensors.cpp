@@ -28,8 +28,9 @@ struct DTypeName {
   DType dtype;
   const char* name;
 };
-constexpr DTypeName kDTypes[] = {{DType::f32, "F32"},   {DType::f64, "F64"}, {DType::f16, "F16"},
-                                 {DType::bf16, "BF16"}, {DType::i32, "I32"}, {DType::u8, "U8"}};
+constexpr DTypeName kDTypes[] = {
+    {DType::f32, "F32"}, {DType::f64, "F64"}, {DType::f16, "F16"}, {DType::bf16, "BF16"},
+    {DType::i32, "I32"}, {DType::u8, "U8"},   {DType::i64, "I64"}, {DType::boolean, "BOOL"}};
 
 const char* st_name(DType t) {
   for (const auto& d : kDTypes)

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <span>
@@ -54,6 +55,14 @@ enum class OpId : std::uint16_t {
   addmm,         // (a, b, bias [N]) -> op(a) @ op(b) + bias on every row; 2-D, MatmulAttrs
 
   // --- tensor API: casts, factories, indexing ---
+  cast,          // (x strided) -> x converted to the output's dtype (given by the caller)
+  copy_into,     // (src strided, broadcast) -> written into the output, a strided view, in place
+  arange,        // () -> out[i] = start + i * step, in place, RangeAttrs
+  rand,          // () -> uniform in [0, 1), a pure function of (seed, i), in place, RandomAttrs
+  randn,         // () -> standard normal, a pure function of (seed, i), in place, RandomAttrs
+  randint,       // () -> integers uniform in [low, high), in place, RandomAttrs
+  index_select,  // (x, index i32/i64 [K]) -> x's slices at index along axis, AxisAttrs
+  index_select_backward,  // (grad, index) -> scatter-add along axis (shape given), AxisAttrs
 
   // --- element-wise math, comparisons, selection ---
   neg,            // (x) -> -x
@@ -187,6 +196,22 @@ struct DropoutAttrs {
   std::uint64_t seed = 0;
 };
 
+// --- tensor API: casts, factories, indexing ---
+// arange: element i is start + i * step (computed in double on the CPU, in the output's own type
+// on GPUs: exact for integers, within an ulp or two for floats).
+struct RangeAttrs {
+  double start = 0;
+  double step = 1;
+};
+// rand, randn, randint: every element is a pure function of (seed, index), computed bit for bit
+// alike on every device (random_uniform and friends below). |seed| is one draw of a TensorGenerator
+// (generator.h). randint draws from [low, high).
+struct RandomAttrs {
+  std::uint64_t seed = 0;
+  std::int64_t low = 0;
+  std::int64_t high = 2;
+};
+
 // clamp: min(max(x, min), max), as torch.clamp (an absent bound is infinite; min > max gives max
 // everywhere; NaN stays NaN).
 struct ClampAttrs {
@@ -249,6 +274,8 @@ struct CrossEntropyAttrs {
 
 using OpAttrs = std::variant<NoAttrs, MatmulAttrs, ScalarAttrs, AxisAttrs, Conv2dAttrs, Pool2dAttrs,
                              SgdAttrs, AdamAttrs, DropoutAttrs,
+                             // --- tensor API: casts, factories, indexing ---
+                             RangeAttrs, RandomAttrs,
                              // --- element-wise math, comparisons, selection ---
                              ClampAttrs, GeluAttrs,
                              // --- reductions, normalisation, losses, optimizers ---
@@ -277,6 +304,74 @@ inline float dropout_uniform(std::uint64_t seed, std::uint32_t index) {
   return static_cast<float>(dropout_hash(index ^ dropout_key(seed)) >> 8) * (1.0f / 16777216.0f);
 }
 
+// --- tensor API: casts, factories, indexing ---
+// The streams of rand, randn and randint, built on the same hash so that a kernel with 32-bit
+// integers computes them: element |index| (< 2^32) of stream |seed| draws
+// random_bits(random_key(seed, k), index) for k = 0 (and k = 1, randn's second uniform).
+inline std::uint32_t random_key(std::uint64_t seed, std::uint32_t k) {
+  return dropout_key(seed) ^ dropout_hash(k * 0x68e31da4u + 0x1b873593u);
+}
+inline std::uint32_t random_bits(std::uint32_t key, std::uint32_t index) {
+  return dropout_hash(index ^ key);
+}
+// rand: 24 random bits in [0, 1) (exact in f32, so every device gives the same bits).
+inline float random_uniform(std::uint32_t bits) {
+  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
+}
+// randn's log and cos, written with +, -, *, / and bit operations (kernels/tensor_random.tk has
+// the same text): a GPU's own log and cos may be 2^-21 and 2^-11 off in absolute terms (Vulkan's
+// precision rules), which Box-Muller would turn into visible differences between devices.
+// random_log: ln x for a normal float x > 0, to a few ulps.
+inline float random_log(float x) {
+  std::uint32_t b = 0;
+  std::memcpy(&b, &x, sizeof b);
+  int e = static_cast<int>((b >> 23) & 255u) - 127;
+  const std::uint32_t mb = (b & 8388607u) | 1065353216u;
+  float m = 0;
+  std::memcpy(&m, &mb, sizeof m);
+  if (m > 1.41421356f) {
+    m = m * 0.5f;
+    e = e + 1;
+  }
+  const float s = (m - 1.0f) / (m + 1.0f);
+  const float z = s * s;
+  return static_cast<float>(e) * 0.693147181f +
+         s * (2.0f + z * (0.666666667f + z * (0.4f + z * (0.285714286f + z * 0.222222222f))));
+}
+// random_cos2pi: cos(2 pi u) for u in [0, 1), by quadrant and Taylor polynomials on [0, pi/4].
+inline float random_cos2pi(float u) {
+  const float r = u * 4.0f;
+  const float q = std::floor(r);
+  const float f = r - q;
+  const bool flip = f > 0.5f;
+  const float h = flip ? 1.0f - f : f;
+  const float a = h * 1.57079633f;
+  const float z = a * a;
+  const float s =
+      a * (1.0f + z * (-0.166666667f +
+                       z * (0.00833333333f + z * (-0.000198412698f + z * 2.75573192e-6f))));
+  const float c =
+      1.0f + z * (-0.5f + z * (0.0416666667f +
+                               z * (-0.00138888889f + z * (2.48015873e-5f + z * -2.75573192e-7f))));
+  const float cs = flip ? s : c;  // cos(f pi / 2)
+  const float sn = flip ? c : s;  // sin(f pi / 2)
+  const int quadrant = static_cast<int>(q);
+  return quadrant == 0 ? cs : quadrant == 1 ? -sn : quadrant == 2 ? -cs : sn;
+}
+// randn: Box-Muller from two such uniforms, u1 in (0, 1] and u2 in [0, 1), in f32. Devices agree
+// to a few ulps (a GPU compiler may fuse a multiply and an add, and its sqrt and division may
+// round differently).
+inline float random_normal(std::uint32_t bits1, std::uint32_t bits2) {
+  const float u1 = static_cast<float>((bits1 >> 8) + 1u) * (1.0f / 16777216.0f);
+  const float u2 = random_uniform(bits2);
+  return std::sqrt(-2.0f * random_log(u1)) * random_cos2pi(u2);
+}
+// randint: low + floor(bits * range / 2^32), range = high - low in [1, 2^32) (Lemire's
+// multiply-shift: no modulo; the bias is below range / 2^32).
+inline std::uint32_t random_below(std::uint32_t bits, std::uint32_t range) {
+  return static_cast<std::uint32_t>((static_cast<std::uint64_t>(bits) * range) >> 32);
+}
+
 // attention
 // The score scale of an attention call over head dimension |e|: attrs.scale, or 1/sqrt(e) when it
 // has none (torch's default).
@@ -286,9 +381,10 @@ inline float attention_scale(const AttentionAttrs& attrs, std::int64_t e) {
 }
 
 // One call of an op: the tensors and attributes a kernel sees. Inputs and outputs live on the
-// same device. Unless the op's definition says `strided_inputs`, every input is contiguous (it
-// may start at a non-zero offset). Outputs are always contiguous and already allocated; for
-// in-place ops (`inplace`) they hold the values to update.
+// same device. Unless the op's definition says `strided_inputs`, every input is contiguous (it may
+// start at a non-zero offset). Outputs are contiguous (unless the definition says
+// `strided_outputs`) and already allocated; for in-place ops (`inplace`) they hold the values to
+// update.
 struct OpCall {
   OpId op{};
   std::array<Tensor, kMaxOpInputs> inputs{};
@@ -326,6 +422,10 @@ struct OpDef {
   // output). For ops whose output shape the caller gives (the backward ops, in-place ops) the
   // specs arrive filled and are checked. Throws InvalidArgument naming the op and the shapes.
   void (*infer)(const OpCall& call, std::span<TensorSpec> outputs);
+  // Outputs may be strided views (copy_into writes through one): kernels then read the output's
+  // strides and write only the elements of the view; a fallback device receives the storage range
+  // the view spans and the whole range is copied back. Every other op's outputs are contiguous.
+  bool strided_outputs = false;
 };
 
 // The definition of |op|.

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/generator.h"
 #include "tessera/op.h"
 #include "tessera/tensor.h"
 
@@ -82,7 +83,51 @@ void dropout_mask_(Tensor& mask, const DropoutAttrs& attrs);
 void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum, const SgdAttrs& attrs);
 void adam_update_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamAttrs& attrs);
 
-// --- tensor API: casts, factories, indexing ---
+// --- tensor API: casts, factories, indexing --- (ops_tensor.cpp)
+// Views are Tensor methods (tensor.h); the functions below compute.
+
+// x converted to |dtype| (Tensor::to(DType) has the rules); always a new tensor.
+Tensor cast(const Tensor& x, DType dtype);
+// Writes |src| into |dst| (torch's dst.copy_(src)): |dst| may be any view that does not write one
+// memory location twice (no expanded dimension), |src| is broadcast to dst's shape and cast to
+// its dtype; src may overlap dst (it is copied first then). Throws InvalidArgument naming both
+// shapes when src does not broadcast.
+void copy_(const Tensor& dst, const Tensor& src);
+// The tensors joined along |dim| into a new tensor (torch.cat): every tensor has the same rank,
+// dtype and device and the same extents but along |dim|; 1-D empty tensors ([0]) are skipped,
+// as torch does. Throws InvalidArgument naming the shapes otherwise, or for an empty list.
+Tensor cat(const std::vector<Tensor>& tensors, int dim = 0);
+// The tensors (all of one shape) stacked along a new dimension |dim| in [-(rank+1), rank]
+// (torch.stack).
+Tensor stack(const std::vector<Tensor>& tensors, int dim = 0);
+// The slices of |x| at |index| (i32 or i64, rank 0 or 1) along |dim|, a new tensor
+// (torch.index_select(x, dim, index)). An index outside [0, size) gives a slice of zeros on every
+// device (torch raises; a device can not, without waiting).
+Tensor index_select(const Tensor& x, int dim, const Tensor& index);
+// The gradient of index_select: a zero tensor of grad's shape with |size| along |dim|, into
+// which every slice k of |grad| is added at index[k]. Deterministic: each output slice sums its
+// matches in index order, the same bits on every run and device (no float atomics).
+Tensor index_select_backward(const Tensor& grad, int dim, const Tensor& index, std::int64_t size);
+
+// Factories (torch's names and argument order; the default device when none is given).
+// [start, start + step, ...) below |end| (above it for a negative step): ceil((end - start) / step)
+// elements (torch.arange). Integer dtypes need whole start and step. Throws InvalidArgument for
+// step 0, a non-finite bound or a count that does not fit.
+Tensor arange(double start, double end, double step = 1, DType dtype = DType::f32,
+              Device* device = nullptr);
+Tensor arange(double end, DType dtype = DType::f32, Device* device = nullptr);
+Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device* device = nullptr);
+Tensor ones(const Shape& shape, DType dtype = DType::f32, Device* device = nullptr);
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device* device = nullptr);
+// Random f32 tensors from |generator| (the default generator when null), the same numbers on
+// every device for the same seed (op.h: random_uniform, random_normal). Each call advances the
+// generator. At most 2^32 elements.
+Tensor rand(const Shape& shape, TensorGenerator* generator = nullptr, Device* device = nullptr);
+Tensor randn(const Shape& shape, TensorGenerator* generator = nullptr, Device* device = nullptr);
+// Integers uniform in [low, high) (torch.randint(low, high, size)), i64 by default (i32 and f32
+// too); high - low below 2^32.
+Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, DType dtype = DType::i64,
+               TensorGenerator* generator = nullptr, Device* device = nullptr);
 
 // --- element-wise math, comparisons, selection ---
 // (ops_pointwise.cpp) Named and ordered as torch's functions. Unary ops keep shape and dtype; the

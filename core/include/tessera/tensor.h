@@ -3,8 +3,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "tessera/caching_allocator.h"
@@ -44,6 +47,13 @@ class Tensor {
   static Tensor from(const std::vector<float>& data, const Shape& shape, Device* device = nullptr) {
     return from<float>(std::span<const float>(data), shape, device);
   }
+  // A bool tensor (a mask) from one byte per element, each 0 or 1 (any non-zero byte reads as
+  // true in the ops, but prints and compares as its own value: pass 0 or 1). For bool data held
+  // in an array of bool, from<bool>(span) does the same.
+  static Tensor from_mask(std::span<const std::uint8_t> data, const Shape& shape,
+                          Device* device = nullptr) {
+    return from_bytes(data.data(), data.size(), shape, DType::boolean, device);
+  }
   static Tensor from_bytes(const void* data, std::size_t bytes, const Shape& shape, DType dtype,
                            Device* device = nullptr);
   // A contiguous tensor filled with |value| (through the fill op).
@@ -62,11 +72,16 @@ class Tensor {
   Device& device() const { return *storage_->device; }
   bool is_contiguous() const;
 
-  // Values on the host, in row-major order; waits for pending work. T must match dtype().
+  // Values on the host, in row-major order; waits for pending work. T must match dtype(), except
+  // that a bool tensor reads as std::uint8_t (0 or 1 per element): std::vector<bool> has no
+  // data() to copy into. Throws InvalidArgument naming both dtypes otherwise.
   template <typename T>
   std::vector<T> to_vector() const {
+    static_assert(!std::is_same_v<T, bool>, "read a bool tensor with to_vector<std::uint8_t>()");
     std::vector<T> v(static_cast<std::size_t>(numel()));
-    copy_to_host(v.data(), v.size() * sizeof(T), dtype_of_v<T>);
+    const DType want =
+        dtype_ == DType::boolean && dtype_of_v<T> == DType::u8 ? DType::boolean : dtype_of_v<T>;
+    copy_to_host(v.data(), v.size() * sizeof(T), want);
     return v;
   }
   // The single value of a one-element f32 tensor.
@@ -79,12 +94,54 @@ class Tensor {
 
   // This tensor on |device|: itself when it is already there, else a contiguous copy.
   Tensor to(Device& device) const;
-  // Views (no copy).
-  Tensor transpose(int dim0, int dim1) const;
+  // This tensor converted to |dtype| (torch's x.to(dtype)): itself when it already has that
+  // dtype, else a new contiguous tensor on the same device (the cast op). Between f32, f64, i32,
+  // i64, u8 and bool (f64 and u8 on the CPU only): float to integer truncates toward zero
+  // (saturating at the integer's range, NaN gives 0: torch leaves both undefined), anything to
+  // bool is x != 0, bool to anything is 0 or 1, integer to integer wraps as C++ and torch do.
+  // Throws InvalidArgument for another dtype.
+  Tensor to(DType dtype) const;
+
+  // Views (no copy), with torch's names and semantics. A dimension may be negative (-1 is the
+  // last); a bad argument throws InvalidArgument naming the call, the shape and what was expected.
+  Tensor transpose(int dim0, int dim1) const;  // any two dimensions of any rank
   Tensor t() const { return transpose(0, 1); }
   Tensor expand(const Shape& shape) const;  // broadcast view, stride 0 on expanded dims
-  // A view when contiguous, otherwise a copy. One extent may be -1.
+  // Elements [start, start + length) of |dim|; start may be negative (counted from the end).
+  Tensor narrow(int dim, std::int64_t start, std::int64_t length) const;
+  // x[..., start:end:step, ...] along |dim|, as Python slicing: start and end may be negative and
+  // are clamped to [0, size]; step > 0.
+  Tensor slice(int dim, std::int64_t start, std::int64_t end, std::int64_t step = 1) const;
+  // x[..., index, ...]: |dim| removed; index in [-size, size).
+  Tensor select(int dim, std::int64_t index) const;
+  // Dimensions reordered: dimension i of the result is dimension dims[i] of this tensor.
+  Tensor permute(std::span<const int> dims) const;
+  Tensor permute(std::initializer_list<int> dims) const {
+    return permute(std::span<const int>(dims.begin(), dims.size()));
+  }
+  // A dimension of size 1 inserted at |dim| in [-(rank+1), rank].
+  Tensor unsqueeze(int dim) const;
+  // Every dimension of size 1 removed; or |dim| removed when its size is 1 (else unchanged).
+  Tensor squeeze() const;
+  Tensor squeeze(int dim) const;
+  // Dimensions start..end (inclusive) merged into one: a view when they are laid out as one,
+  // else a copy (torch.flatten). A rank-0 tensor becomes [1].
+  Tensor flatten(int start_dim = 0, int end_dim = -1) const;
+  // Another shape of the same elements, always a view (torch's view): throws InvalidArgument when
+  // the strides do not allow it (call reshape, or contiguous() first). One extent may be -1.
+  Tensor view(const Shape& shape) const;
+  // The same bytes read as |dtype| (torch's x.view(dtype)): same-size dtypes keep shape and
+  // strides; otherwise the last dimension (stride 1) is scaled by the size ratio (an i64 [N, 1]
+  // is an i32 [N, 2]). Throws InvalidArgument when the layout does not divide.
+  Tensor view(DType dtype) const;
+  // A view when the strides allow it (as view), otherwise a contiguous copy. One extent may be -1.
   Tensor reshape(const Shape& shape) const;
+  // Views of consecutive pieces of |size| elements along |dim| (the last may be smaller);
+  // torch.split with an int. size > 0, or 0 for an empty dimension.
+  std::vector<Tensor> split(std::int64_t size, int dim = 0) const;
+  // |chunks| views along |dim| of ceil(size / chunks) elements each (fewer when they run out),
+  // as torch.chunk.
+  std::vector<Tensor> chunk(std::int64_t chunks, int dim = 0) const;
   // Itself when contiguous, else a contiguous copy on the same device (the copy op).
   Tensor contiguous() const;
 
@@ -112,5 +169,12 @@ class Tensor {
   std::int64_t offset_ = 0;
   DType dtype_ = DType::f32;
 };
+
+// Prints |t| as torch does: tensor([[ 0.1234, -1.0000], ...], device='vulkan:0', dtype=i32).
+// Floats take 4 decimals (or scientific notation when the magnitudes span a wide range), whole
+// floats print as "1.", bools as True/False; more than 1000 elements print the first and last
+// three along every dimension with "..." between. The device is named unless it is cpu:0, the
+// dtype unless it is f32, i64 or bool (torch's defaults). Waits for pending work.
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 }  // namespace tessera

@@ -116,7 +116,27 @@ Variable linear(const Variable& x, const Variable& w, const Variable& b);
 // x * mask, where mask is dropout_mask(p, seed): zero with probability p, else 1/(1-p).
 Variable dropout(const Variable& x, float p, std::uint64_t seed);
 
-// --- tensor API: casts, factories, indexing ---
+// --- tensor API: casts, factories, indexing --- (autograd_tensor.cpp)
+// Differentiable views and copies, with the contracts of their Tensor and ops.h namesakes. The
+// gradient of a view is the incoming gradient written into that view of a zero tensor of the
+// input's shape (permute and reshape-like views map it back instead); cat and stack hand each
+// input its slice of the gradient; index_select's is index_select_backward.
+Variable narrow(const Variable& x, int dim, std::int64_t start, std::int64_t length);
+Variable slice(const Variable& x, int dim, std::int64_t start, std::int64_t end,
+               std::int64_t step = 1);
+Variable select(const Variable& x, int dim, std::int64_t index);
+Variable permute(const Variable& x, const std::vector<int>& dims);
+Variable unsqueeze(const Variable& x, int dim);
+Variable squeeze(const Variable& x);
+Variable squeeze(const Variable& x, int dim);
+Variable expand(const Variable& x, const Shape& shape);
+Variable flatten(const Variable& x, int start_dim = 0, int end_dim = -1);
+Variable cat(const std::vector<Variable>& xs, int dim = 0);
+Variable stack(const std::vector<Variable>& xs, int dim = 0);
+std::vector<Variable> split(const Variable& x, std::int64_t size, int dim = 0);
+std::vector<Variable> chunk(const Variable& x, std::int64_t chunks, int dim = 0);
+// |index| (i32 or i64) is not differentiated.
+Variable index_select(const Variable& x, int dim, const Tensor& index);
 
 // --- element-wise math, comparisons, selection ---
 // (autograd_pointwise.cpp) Differentiable forms of the element-wise ops of ops.h, with PyTorch's
