@@ -95,6 +95,12 @@ def sdpa(q, k, v, causal=False, scale=None):
     return torch.softmax(s, -1) @ v
 
 
+def copy_broadcast(x):
+    dst = torch.zeros(3, 4, 5, dtype=x.dtype)
+    dst[:, 1:3] = x
+    return dst
+
+
 # One entry per case of tests/oracle/cases*.cpp, under the same name. Tolerances are on the
 # normalised error of Tessera's f32 against torch's f64; integer outputs are compared exactly.
 CASES = {
@@ -151,6 +157,26 @@ CASES = {
     # --- views and copies ---
     "reshape": Ref(lambda x: x.reshape(2, 3, 4)),
     "transpose_copy": Ref(lambda x: x.t().contiguous()),
+    # --- tensor API (cases_tensor.cpp) ---
+    "cast_i32": Ref(lambda x: (x.float() * 3).to(torch.int32)),
+    "cast_i64_view": Ref(lambda x: (x.float() * 3).t().to(torch.int64)),
+    "cast_bool_f32": Ref(lambda x: (x > 0).to(torch.float32)),
+    "copy_broadcast": Ref(copy_broadcast),
+    "arange": Ref(lambda: torch.arange(-1.5, 7.25, 0.75, dtype=torch.float64)),
+    "arange_i64": Ref(lambda: torch.arange(10, -7, -3)),
+    "narrow": Ref(lambda x: x.narrow(1, 2, 5)),
+    "slice_step": Ref(lambda x: x[:, 1:8:3]),
+    "select": Ref(lambda x: x.select(1, -1)),
+    "permute": Ref(lambda x: x.permute(2, 0, 3, 1)),
+    "unsqueeze_squeeze": Ref(lambda x: x.squeeze(1).unsqueeze(0)),
+    "expand": Ref(lambda x: x.expand(2, 3, 4)),
+    "flatten": Ref(lambda x: x.permute(1, 0, 2).flatten(1)),
+    "cat": Ref(lambda a, b, c: torch.cat([a, b, c], 1)),
+    "stack": Ref(lambda a, b: torch.stack([a, b], 1)),
+    "split": Ref(lambda x: x.split(3, 0)[2]),
+    "chunk": Ref(lambda x: x.chunk(3, 1)[1]),
+    "index_select": Ref(lambda x, i: x.index_select(0, i)),
+    "index_select_i64": Ref(lambda x, i: x.index_select(1, i)),
     # --- element-wise math, comparisons, selection (cases_pointwise.cpp) ---
     "neg": Ref(torch.neg),
     "abs": Ref(torch.abs),

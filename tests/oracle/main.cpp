@@ -37,7 +37,7 @@ namespace {
 
 std::vector<Case> all_cases() {
   std::vector<Case> all = base_cases();
-  for (auto group : {pointwise_cases, reduce_cases, nn_cases, attention_cases}) {
+  for (auto group : {tensor_cases, pointwise_cases, reduce_cases, nn_cases, attention_cases}) {
     std::vector<Case> more = group();
     all.insert(all.end(), more.begin(), more.end());
   }

@@ -59,6 +59,7 @@ struct Case {
 
 // The table, in groups (cases.cpp; one file per group of ops as it grows).
 std::vector<Case> base_cases();
+std::vector<Case> tensor_cases();     // cases_tensor.cpp
 std::vector<Case> pointwise_cases();  // cases_pointwise.cpp
 std::vector<Case> reduce_cases();     // cases_reduce.cpp
 std::vector<Case> nn_cases();         // cases_nn.cpp
