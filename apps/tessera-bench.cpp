@@ -28,6 +28,10 @@
 //             outside the training loops (start, data, evaluation, checkpoints); ratio is
 //             the peer's wall seconds over Tessera's. A side that fails, or runs past
 //             --fit-timeout (then it is killed), is an error in its result, not a failed benchmark.
+//   bmm, layer_norm, attention, embedding_backward
+//             single ops of real networks, forward and backward, beside PyTorch running the
+//             same call (bench/ops_peer.py): bench_ops.h says what each measures. --op-size tiny
+//             runs them at a few elements.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -56,6 +60,8 @@
 
 #include "tessera/tessera.h"
 #include "tessera/train/train.h"
+
+#include "bench_ops.h"
 
 namespace po = boost::program_options;
 using json = nlohmann::ordered_json;
@@ -771,6 +777,7 @@ int main(int argc, char** argv) {
   start_environment();  // before any plugin loads
   po::options_description opts("Usage: tessera-bench [options]\n\nOptions");
   std::string device_list, cases, out_file, torch_python = "python3", models = "mlp,cnn";
+  std::string op_size = "full";
   std::string peer_dir = default_peer_dir();
   std::vector<std::int64_t> sizes;
   int repeat = 5, train_steps = 20, rounds = 1;
@@ -779,7 +786,10 @@ int main(int argc, char** argv) {
   opts.add_options()("help,h", "show this help")(
       "devices", po::value(&device_list)->default_value("all"), "comma list of devices, or all")(
       "cases", po::value(&cases)->default_value("sgemm,add,dispatch"),
-      "comma list: sgemm, add, dispatch, train, fit")(
+      "comma list: sgemm, add, dispatch, train, fit, bmm, layer_norm, attention, "
+      "embedding_backward")(
+      "op-size", po::value(&op_size)->default_value(op_size),
+      "the op cases' sizes: full (bench_ops.h), or tiny (a few elements, for a smoke test)")(
       "train-steps", po::value(&train_steps)->default_value(train_steps),
       "training steps per timed run of the train case")(
       "models", po::value(&models)->default_value(models),
@@ -811,6 +821,8 @@ int main(int argc, char** argv) {
     po::notify(vm);
     if (repeat < 1) throw po::error("--repeat must be at least 1");
     if (rounds < 1) throw po::error("--rounds must be at least 1");
+    if (op_size != "full" && op_size != "tiny")
+      throw po::error(fmt::format("--op-size: '{}' is not full or tiny", op_size));
     if (fit.epochs < 1) throw po::error("--epochs must be at least 1");
     if (fit.limit_train_batches < 0 || fit.limit_test_batches < 0)
       throw po::error("--limit-train-batches and --limit-test-batches must be 0 (all) or more");
@@ -846,6 +858,17 @@ int main(int argc, char** argv) {
     const bool do_fit = cases.find("fit") != std::string::npos;
     fit.python = torch_python;
     fit.peer_dir = peer_dir;
+    std::vector<std::string> op_cases;  // the op cases asked for, in bench_ops' order
+    for (const std::string& name : bench::op_case_names())
+      for (const std::string& c : split(cases, ','))
+        if (c == name) op_cases.push_back(name);
+    bench::OpCaseOptions op_options;
+    op_options.repeat = repeat;
+    op_options.tiny = op_size == "tiny";
+    op_options.run_peer = [&](const std::vector<std::string>& args) {
+      return run_peer(torch_python, peer_dir + "/ops_peer.py", args);
+    };
+    std::map<std::string, json> op_peers;            // by PyTorch device
     std::map<std::string, json> fit_peers;           // by PyTorch device and model
     std::map<std::string, std::vector<json>> peers;  // train peer rounds, by PyTorch device
     json gpu_peer;                                   // run once, when a GPU is measured
@@ -915,6 +938,11 @@ int main(int argc, char** argv) {
           std::cerr << results.back().dump() << "\n";
         }
       }
+      if (!op_cases.empty())
+        for (json& r : bench::bench_op_cases(*d, op_cases, op_options, op_peers)) {
+          std::cerr << r.dump() << "\n";
+          results.push_back(std::move(r));
+        }
     }
     std::string cmd;
     for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);

@@ -1,0 +1,71 @@
+// tessera-bench's op cases at a tiny size on cpu:0, beside the PyTorch peer: a smoke test of the
+// cases and of their JSON, not a measurement (no timing is checked beyond being positive).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "run_app.h"
+
+using nlohmann::json;
+using tessera::testing::Result;
+using tessera::testing::run;
+
+namespace {
+
+// Debian's python3-torch, which scripts/test.sh installs (TESSERA_TEST_TORCH_PYTHON names another).
+std::string peer_python() {
+  const char* py = std::getenv("TESSERA_TEST_TORCH_PYTHON");
+  return py && *py ? py : "/usr/bin/python3";
+}
+
+// tessera-bench's op cases (apps/bench_ops.h).
+const std::set<std::string> kOpCases{"bmm", "layer_norm", "attention", "embedding_backward"};
+
+}  // namespace
+
+TEST(TesseraBench, OpCasesRunAtATinySizeBesidePyTorch) {
+  const Result r = run("TESSERA_DISABLE_PLUGINS=opencl,vulkan",
+                       std::string(BENCH_BIN) +
+                           " --devices cpu --cases bmm,layer_norm,attention,embedding_backward"
+                           " --op-size tiny --repeat 1 --torch-python " +
+                           peer_python());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  std::set<std::string> seen;
+  for (const json& res : j["results"]) {
+    const std::string name = res["case"];
+    SCOPED_TRACE(name);
+    seen.insert(name);
+    EXPECT_EQ(res["device"], "cpu:0");
+    EXPECT_EQ(res["size"], "tiny");
+    EXPECT_FALSE(res["shape"].get<std::string>().empty());
+    EXPECT_GT(res["seconds"].get<double>(), 0);
+    ASSERT_FALSE(res.contains("peer_error"))
+        << res["peer_error"] << "\n(the peer needs Debian's python3-torch: apt-get install "
+        << "python3-torch, or run scripts/test.sh)";
+    EXPECT_NE(res["peer"].get<std::string>().find("PyTorch"), std::string::npos);
+    EXPECT_GT(res["peer_seconds"].get<double>(), 0);
+    EXPECT_DOUBLE_EQ(res["ratio"].get<double>(),
+                     res["peer_seconds"].get<double>() / res["seconds"].get<double>());
+  }
+  EXPECT_EQ(seen, kOpCases);
+  EXPECT_EQ(run("", std::string(BENCH_BIN) + " --cases attention --op-size huge").code, 2);
+}
+
+// A peer that can not run is an error in each result, not a failed benchmark.
+TEST(TesseraBench, OpCasesReportAPeerThatCanNotRun) {
+  const Result r = run("TESSERA_DISABLE_PLUGINS=opencl,vulkan",
+                       std::string(BENCH_BIN) +
+                           " --devices cpu --cases attention --op-size tiny --repeat 1"
+                           " --torch-python /bin/false");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json res = json::parse(r.out)["results"][0];
+  EXPECT_EQ(res["case"], "attention");
+  EXPECT_GT(res["seconds"].get<double>(), 0);
+  EXPECT_NE(res["peer_error"].get<std::string>().find("failed"), std::string::npos) << res.dump();
+  EXPECT_FALSE(res.contains("ratio"));
+}
