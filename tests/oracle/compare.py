@@ -340,8 +340,9 @@ def main():
         failures.append((math.inf, line))
         counts["FAIL"] += 1
         print(line)
-    for name in sorted(set(CASES) - ran):
-        line = f"FAIL {name}: in CASES but tessera_oracle ran no such case (add it to oracle.h's table)"
+    for name in sorted(set(CASES) - ran if not manifest.get("filtered") else ()):
+        line = (f"FAIL {name}: in CASES but tessera_oracle ran no such case (add it to oracle.h's "
+                f"table)")
         failures.append((math.inf, line))
         counts["FAIL"] += 1
         print(line)

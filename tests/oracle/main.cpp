@@ -217,6 +217,7 @@ int main(int argc, char** argv) {
     json manifest{
         {"seed", seed},
         {"devices", json::array()},
+        {"filtered", !wanted.empty()},
         {"uncovered_ops", wanted.empty() ? json(uncovered_ops(all_cases())) : json::array()},
         {"results", json::array()}};
     for (Device* d : targets) manifest["devices"].push_back(d->id());
