@@ -26,7 +26,9 @@ void binary(const OpCall& call, Launcher& l) {
   const Tensor& y = call.out(0);
   const Strided g = strided(y.shape(), call.inputs.data(), 2);
   const bool flat = is_flat(g, 2);
-  Launch(l, "binary", {kOp, flat ? 1 : 0})
+  const bool vec4 =
+      flat && multiples_of_4({g.n, call.in(0).offset(), call.in(1).offset(), y.offset()});
+  Launch(l, "binary", {kOp, vec4 ? 2 : flat ? 1 : 0})
       .in(call.in(0))
       .in(call.in(1))
       .out(y)
@@ -35,7 +37,7 @@ void binary(const OpCall& call, Launcher& l) {
       .words(g.shape)
       .words(g.stride[0])
       .words(g.stride[1])
-      .run(flat ? (std::int64_t{g.n} + 3) / 4 : g.n);
+      .run(vec4 ? g.n / 4 : flat ? (std::int64_t{g.n} + 3) / 4 : g.n);
 }
 
 void copy(const OpCall& call, Launcher& l) {

@@ -39,6 +39,9 @@ typedef struct {
 #define TK_AT(k, i) (tk_p.w[k] + (i))
 #define LDF(k, i) t##k[TK_AT(k, i)]
 #define STF(k, i, x) (t##k[TK_AT(k, i)] = (x))
+#define F4 float4
+#define LDF4(k, i) vload4(tk_p.w[k] / 4 + (i), t##k)
+#define STF4(k, i, x) vstore4((x), tk_p.w[k] / 4 + (i), t##k)
 #define LDI(k, i) ((__global int*)t##k)[TK_AT(k, i)]
 #define STI(k, i, x) (((__global int*)t##k)[TK_AT(k, i)] = (x))
 #define LDB(k, i) ((int)((__global uchar*)t##k)[TK_AT(k, i)])

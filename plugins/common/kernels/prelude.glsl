@@ -28,6 +28,7 @@ shared float tk_shm[TK_SHM];
 #endif
 #define TK_BUFFER(k)                                         \
   layout(binding = k) buffer TkF##k { float v[]; } tk_f##k;  \
+  layout(binding = k) buffer TkV##k { vec4 v[]; } tk_v##k;   \
   layout(binding = k) buffer TkI##k { int v[]; } tk_i##k;    \
   TK_BYTE_VIEW(k)
 TK_BUFFER(0)
@@ -55,6 +56,9 @@ TK_BUFFER(7)
 #define TK_AT(k, i) (tk_pc.w[k] + (i))
 #define LDF(k, i) tk_f##k.v[TK_AT(k, i)]
 #define STF(k, i, x) (tk_f##k.v[TK_AT(k, i)] = (x))
+#define F4 vec4
+#define LDF4(k, i) tk_v##k.v[tk_pc.w[k] / 4 + (i)]
+#define STF4(k, i, x) (tk_v##k.v[tk_pc.w[k] / 4 + (i)] = (x))
 #define LDI(k, i) tk_i##k.v[TK_AT(k, i)]
 #define STI(k, i, x) (tk_i##k.v[TK_AT(k, i)] = (x))
 #define LDB(k, i) int(tk_b##k.v[TK_AT(k, i)])
