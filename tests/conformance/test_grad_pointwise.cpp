@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "cases.h"
+#include "gradcheck.h"
 #include "tessera/tessera.h"
 #include "tessera/train/autograd.h"
 
@@ -21,69 +22,9 @@ namespace tt = tessera::train;
 
 namespace {
 
-struct Input {
-  Shape shape;
-  Vec values;
-};
+using Input = GradInput;
 
-using Fn = std::function<tt::Variable(const std::vector<tt::Variable>&)>;
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
-  return s;
-}
-
-// |n| values (k - n/2 + 1/2) * gap in random order: any two at least |gap| apart, none within
-// gap/2 of zero; |shift| moves them all.
-Vec separated(std::int64_t n, float gap, float shift = 0) {
-  Vec v(static_cast<std::size_t>(n));
-  std::iota(v.begin(), v.end(), 0.0f);
-  std::shuffle(v.begin(), v.end(), rng());
-  const float mid = static_cast<float>(n) / 2;
-  for (float& x : v) x = (x - mid + 0.5f) * gap + shift;
-  return v;
-}
-
-void gradcheck(Device& d, const std::vector<Input>& inputs, const Fn& f, double eps = 1e-3,
-               double tol = 1e-2) {
-  DeviceGuard guard(d);
-  auto make = [&](const std::vector<Vec>& values, bool grad) {
-    std::vector<tt::Variable> vars;
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      vars.emplace_back(Tensor::from(values[i], inputs[i].shape, &d), grad);
-    return vars;
-  };
-  std::vector<Vec> x;
-  for (const Input& in : inputs) x.push_back(in.values);
-
-  std::vector<tt::Variable> leaves = make(x, true);
-  const tt::Variable y = f(leaves);
-  const Vec w = randn(y.value().numel());
-  y.backward(Tensor::from(w, y.shape(), &d));
-
-  auto loss = [&](const std::vector<Vec>& at) {
-    tt::NoGradGuard no_grad;
-    return dot(f(make(at, false)).value().to_vector<float>(), w);
-  };
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    ASSERT_TRUE(leaves[i].grad().defined()) << "input " << i << " got no gradient";
-    ASSERT_EQ(leaves[i].grad().shape(), inputs[i].shape) << "input " << i;
-    const Vec v = randn(inputs[i].shape.numel());
-    const Vec g = leaves[i].grad().to_vector<float>();
-    const double analytic = dot(g, v);
-    std::vector<Vec> plus = x, minus = x;
-    for (std::size_t k = 0; k < v.size(); ++k) {
-      plus[i][k] += static_cast<float>(eps) * v[k];
-      minus[i][k] -= static_cast<float>(eps) * v[k];
-    }
-    const double numeric = (loss(plus) - loss(minus)) / (2 * eps);
-    const double scale =
-        std::max({std::abs(analytic), std::abs(numeric), std::sqrt(dot(g, g)), 1e-6});
-    const double err = std::abs(analytic - numeric) / scale;
-    EXPECT_LT(err, tol) << "input " << i << ": analytic " << analytic << ", numeric " << numeric;
-  }
-}
+using Fn = GradFn;
 
 Case unary(const std::string& name, OpId op, std::function<tt::Variable(const tt::Variable&)> fn,
            std::function<Vec(std::int64_t)> values) {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "cases.h"
+#include "gradcheck.h"
 #include "tessera/tessera.h"
 #include "tessera/train/autograd.h"
 
@@ -178,55 +179,8 @@ std::pair<Ref, Ref> ref_pool(const Vec& x, const Vec& gy, std::int64_t planes, s
 
 // ----- gradient checks (as test_grad.cpp) -----
 
-struct Input {
-  Shape shape;
-  Vec values;
-};
-using Fn = std::function<tt::Variable(const std::vector<tt::Variable>&)>;
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
-  return s;
-}
-
-void gradcheck(Device& d, const std::vector<Input>& inputs, const Fn& f, double eps = 1e-3,
-               double tol = 1e-2) {
-  DeviceGuard guard(d);
-  auto make = [&](const std::vector<Vec>& values, bool grad) {
-    std::vector<tt::Variable> vars;
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      vars.emplace_back(Tensor::from(values[i], inputs[i].shape, &d), grad);
-    return vars;
-  };
-  std::vector<Vec> x;
-  for (const Input& in : inputs) x.push_back(in.values);
-  std::vector<tt::Variable> leaves = make(x, true);
-  const tt::Variable y = f(leaves);
-  const Vec w = randn(y.value().numel());
-  y.backward(Tensor::from(w, y.shape(), &d));
-  auto loss = [&](const std::vector<Vec>& at) {
-    tt::NoGradGuard no_grad;
-    return dot(f(make(at, false)).value().to_vector<float>(), w);
-  };
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    ASSERT_TRUE(leaves[i].grad().defined()) << "input " << i << " got no gradient";
-    ASSERT_EQ(leaves[i].grad().shape(), inputs[i].shape) << "input " << i;
-    const Vec v = randn(inputs[i].shape.numel());
-    const Vec g = leaves[i].grad().to_vector<float>();
-    const double analytic = dot(g, v);
-    std::vector<Vec> plus = x, minus = x;
-    for (std::size_t k = 0; k < v.size(); ++k) {
-      plus[i][k] += static_cast<float>(eps) * v[k];
-      minus[i][k] -= static_cast<float>(eps) * v[k];
-    }
-    const double numeric = (loss(plus) - loss(minus)) / (2 * eps);
-    const double scale =
-        std::max({std::abs(analytic), std::abs(numeric), std::sqrt(dot(g, g)), 1e-6});
-    EXPECT_LT(std::abs(analytic - numeric) / scale, tol)
-        << "input " << i << ": analytic " << analytic << ", numeric " << numeric;
-  }
-}
+using Input = GradInput;
+using Fn = GradFn;
 
 Tensor index_tensor(Device& d, const std::vector<std::int32_t>& v, const Shape& s, bool wide) {
   if (!wide) return Tensor::from<std::int32_t>(v, s, &d);

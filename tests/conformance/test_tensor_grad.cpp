@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "cases.h"
+#include "gradcheck.h"
 #include "tessera/tessera.h"
 #include "tessera/train/autograd.h"
 
@@ -16,49 +17,14 @@ namespace tt = tessera::train;
 
 namespace {
 
-using Fn = std::function<tt::Variable(const std::vector<tt::Variable>&)>;
+using Fn = GradFn;
 
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
-  return s;
-}
-
-// These functions are linear in their inputs, so the difference quotient is exact up to rounding.
+// These functions are linear in their inputs, so the difference quotient is exact up to rounding:
+// a large step and a tight tolerance.
 void gradcheck(Device& d, const std::vector<Shape>& shapes, const Fn& f) {
-  DeviceGuard guard(d);
-  std::vector<Vec> x;
-  for (const Shape& s : shapes) x.push_back(randn(s.numel()));
-  auto make = [&](const std::vector<Vec>& values, bool grad) {
-    std::vector<tt::Variable> vars;
-    for (std::size_t i = 0; i < shapes.size(); ++i)
-      vars.emplace_back(Tensor::from(values[i], shapes[i], &d), grad);
-    return vars;
-  };
-  std::vector<tt::Variable> leaves = make(x, true);
-  const tt::Variable y = f(leaves);
-  const Vec w = randn(y.value().numel());
-  y.backward(Tensor::from(w, y.shape(), &d));
-  auto loss = [&](const std::vector<Vec>& at) {
-    tt::NoGradGuard no_grad;
-    return dot(f(make(at, false)).value().to_vector<float>(), w);
-  };
-  const double eps = 1e-2;
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    ASSERT_TRUE(leaves[i].grad().defined()) << "input " << i << " got no gradient";
-    ASSERT_EQ(leaves[i].grad().shape(), shapes[i]) << "input " << i;
-    const Vec v = randn(shapes[i].numel());
-    const Vec g = leaves[i].grad().to_vector<float>();
-    std::vector<Vec> plus = x, minus = x;
-    for (std::size_t k = 0; k < v.size(); ++k) {
-      plus[i][k] += static_cast<float>(eps) * v[k];
-      minus[i][k] -= static_cast<float>(eps) * v[k];
-    }
-    const double analytic = dot(g, v), numeric = (loss(plus) - loss(minus)) / (2 * eps);
-    const double scale = std::max({std::abs(analytic), std::sqrt(dot(g, g)), 1e-6});
-    EXPECT_LT(std::abs(analytic - numeric) / scale, 1e-3)
-        << "input " << i << ": analytic " << analytic << ", numeric " << numeric;
-  }
+  std::vector<GradInput> inputs;
+  for (const Shape& s : shapes) inputs.push_back({s, randn(s.numel())});
+  conformance::gradcheck(d, inputs, f, 1e-2, 1e-3);
 }
 
 Case grad(const std::string& name, OpId op, std::vector<Shape> shapes, Fn f) {
