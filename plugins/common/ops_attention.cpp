@@ -56,8 +56,42 @@ std::int32_t per_invocation(std::int64_t w) {
   return n <= 2 ? 2 : n <= 4 ? 4 : 8;
 }
 
+// The *_tile kernels keep whole 64 x 64 tiles in 48 KiB of shared memory: heads of at most 64
+// dims on devices with that much.
+constexpr std::int64_t kTileShared = 12288;  // floats
+
+bool tiled(const Attn& g, Launcher& l) {
+  return g.e <= kBlock && g.ev <= kBlock &&
+         l.traits().max_shared_bytes >= kTileShared * static_cast<std::int64_t>(sizeof(float));
+}
+
 void attention(const OpCall& call, Launcher& l) {
   const Attn g = attn(call, call.in(0), call.in(1), call.in(2));
+  if (tiled(g, l)) {
+    Launch(l, "attention_fwd_tile", {per_invocation(g.ev)})
+        .in(call.in(0))
+        .in(call.in(1))
+        .in(call.in(2))
+        .out(call.out(0))
+        .out(call.out(1))
+        .i(g.l)
+        .i(g.s)
+        .i(g.e)
+        .i(g.ev)
+        .i(0)
+        .i(g.ev)
+        .f(g.scale)
+        .i(g.causal)
+        .f(g.p)
+        .i(g.key)
+        .f(g.keep)
+        .i(blocks(g.l))
+        .i(1)
+        .shared(kTileShared)
+        .group(256)
+        .groups(g.bh * blocks(g.l));
+    return;
+  }
   for (std::int64_t i = 0; i < slices(g.ev); ++i) {
     const std::int64_t w = width(g.ev, i);
     Launch(l, "attention_fwd", {per_invocation(w)})

@@ -41,6 +41,7 @@ set(TESSERA_PORTABLE_KERNELS
   # --- nn: batched matmul, embedding, pooling, attention ---
   # attention
   attention_fwd
+  attention_fwd_tile
   attention_delta
   attention_bwd_kv
   attention_bwd_q
