@@ -3,8 +3,6 @@
 // then one kernel per (batch*head, 64 keys) for dk and dv and one per (batch*head, 64 query rows)
 // for dq, each recomputing the probabilities from lse (no [L, S] tensor, no atomics). A kernel
 // accumulates at most 128 columns of its outputs; wider heads take one launch per 128 columns.
-// Heads of at most 64 dims on devices with 48 KiB of shared memory take the *_tile kernels
-// (whole 64 x 64 tiles resident, a few barriers per tile); others the chunked ones.
 #include <algorithm>
 
 #include "geometry.h"
@@ -58,42 +56,8 @@ std::int32_t per_invocation(std::int64_t w) {
   return n <= 2 ? 2 : n <= 4 ? 4 : 8;
 }
 
-// The *_tile kernels keep whole 64 x 64 tiles in 48 KiB of shared memory: heads of at most 64
-// dims on devices with that much.
-constexpr std::int64_t kTileShared = 12288;  // floats
-
-bool tiled(const Attn& g, Launcher& l) {
-  return g.e <= kBlock && g.ev <= kBlock &&
-         l.traits().max_shared_bytes >= kTileShared * static_cast<std::int64_t>(sizeof(float));
-}
-
 void attention(const OpCall& call, Launcher& l) {
   const Attn g = attn(call, call.in(0), call.in(1), call.in(2));
-  if (tiled(g, l)) {
-    Launch(l, "attention_fwd_tile", {per_invocation(g.ev)})
-        .in(call.in(0))
-        .in(call.in(1))
-        .in(call.in(2))
-        .out(call.out(0))
-        .out(call.out(1))
-        .i(g.l)
-        .i(g.s)
-        .i(g.e)
-        .i(g.ev)
-        .i(0)
-        .i(g.ev)
-        .f(g.scale)
-        .i(g.causal)
-        .f(g.p)
-        .i(g.key)
-        .f(g.keep)
-        .i(blocks(g.l))
-        .i(1)
-        .shared(kTileShared)
-        .group(256)
-        .groups(g.bh * blocks(g.l));
-    return;
-  }
   for (std::int64_t i = 0; i < slices(g.ev); ++i) {
     const std::int64_t w = width(g.ev, i);
     Launch(l, "attention_fwd", {per_invocation(w)})
@@ -127,58 +91,6 @@ void attention_backward(const OpCall& call, Launcher& l) {
   const Attn g = attn(call, q, k, v);
   const Tensor delta = Tensor::empty(lse.shape(), DType::f32, &l.device());
   Launch(l, "attention_delta").in(grad).in(out).out(delta).i(g.bh * g.l).i(g.ev).run(g.bh * g.l);
-  if (tiled(g, l)) {
-    Launch(l, "attention_bwd_kv_tile", {per_invocation(g.e), per_invocation(g.ev)})
-        .in(q)
-        .in(k)
-        .in(v)
-        .in(grad)
-        .in(lse)
-        .in(delta)
-        .out(call.out(1))
-        .out(call.out(2))
-        .i(g.l)
-        .i(g.s)
-        .i(g.e)
-        .i(g.ev)
-        .i(0)
-        .i(g.e)
-        .i(0)
-        .i(g.ev)
-        .f(g.scale)
-        .i(g.causal)
-        .f(g.p)
-        .i(g.key)
-        .f(g.keep)
-        .i(blocks(g.s))
-        .shared(kTileShared)
-        .group(256)
-        .groups(g.bh * blocks(g.s));
-    Launch(l, "attention_bwd_q_tile", {per_invocation(g.e)})
-        .in(q)
-        .in(k)
-        .in(v)
-        .in(grad)
-        .in(lse)
-        .in(delta)
-        .out(call.out(0))
-        .i(g.l)
-        .i(g.s)
-        .i(g.e)
-        .i(g.ev)
-        .i(0)
-        .i(g.e)
-        .f(g.scale)
-        .i(g.causal)
-        .f(g.p)
-        .i(g.key)
-        .f(g.keep)
-        .i(blocks(g.l))
-        .shared(kTileShared)
-        .group(256)
-        .groups(g.bh * blocks(g.l));
-    return;
-  }
   for (std::int64_t i = 0; i < slices(std::max(g.e, g.ev)); ++i) {
     const std::int64_t wk = width(g.e, i), wv = width(g.ev, i);
     Launch(l, "attention_bwd_kv", {per_invocation(wk), per_invocation(wv)})

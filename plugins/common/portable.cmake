@@ -41,12 +41,9 @@ set(TESSERA_PORTABLE_KERNELS
   # --- nn: batched matmul, embedding, pooling, attention ---
   # attention
   attention_fwd
-  attention_fwd_tile
   attention_delta
   attention_bwd_kv
   attention_bwd_q
-  attention_bwd_kv_tile
-  attention_bwd_q_tile
   bmm embedding embedding_backward avg_pool conv2d conv2d_backward_weight
 )
 set(TESSERA_PORTABLE_PRELUDE
