@@ -171,6 +171,7 @@ void randint_kernel(const OpCall& call, Context& ctx) {
 // The index values as int64 (i32 or i64 input).
 std::vector<std::int64_t> indices(const Tensor& index) {
   std::vector<std::int64_t> v(static_cast<std::size_t>(index.numel()));
+  if (v.empty()) return v;  // an empty index may have no storage behind it (memcpy of null)
   if (index.dtype() == DType::i64) {
     std::memcpy(v.data(), index.host_data<std::int64_t>(), v.size() * sizeof(std::int64_t));
   } else {
