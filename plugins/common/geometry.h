@@ -1,7 +1,7 @@
-// Host-side launch geometry shared by the plugins (vulkan and opencl; the cpu plugin uses
-// merge_dims): how an op call maps onto the flat index spaces their kernels walk. Header-only; the
-// kernels themselves stay per plugin (GLSL and OpenCL C), and each reads the structs below field by
-// field in this order.
+// Host-side launch geometry shared by the plugins (the portable GPU ops of plugins/common/ops_*.cpp
+// and the GEMM launches of vulkan and opencl; the cpu plugin uses merge_dims): how an op call maps
+// onto the flat index spaces their kernels walk. Header-only; a kernel reads the structs below
+// field by field in this order.
 #pragma once
 
 #include <algorithm>
