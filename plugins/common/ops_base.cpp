@@ -28,7 +28,10 @@ void binary(const OpCall& call, Launcher& l) {
   const bool flat = is_flat(g, 2);
   const bool vec4 =
       flat && multiples_of_4({g.n, call.in(0).offset(), call.in(1).offset(), y.offset()});
-  Launch(l, "binary", {kOp, vec4 ? 2 : flat ? 1 : 0})
+  Launch(l, "binary",
+         {kOp, vec4   ? 2
+               : flat ? 1
+                      : 0})
       .in(call.in(0))
       .in(call.in(1))
       .out(y)
@@ -37,7 +40,9 @@ void binary(const OpCall& call, Launcher& l) {
       .words(g.shape)
       .words(g.stride[0])
       .words(g.stride[1])
-      .run(vec4 ? g.n / 4 : flat ? (std::int64_t{g.n} + 3) / 4 : g.n);
+      .run(vec4   ? g.n / 4
+           : flat ? (std::int64_t{g.n} + 3) / 4
+                  : g.n);
 }
 
 void copy(const OpCall& call, Launcher& l) {
