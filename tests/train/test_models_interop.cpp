@@ -71,8 +71,13 @@ Tensor tokens(const Shape& s, std::int64_t vocab, Generator& g, Device& dev) {
 }
 
 const ResNetOptions kResNet{.depth = 8, .num_classes = 10, .in_channels = 1, .width = 4};
-const GPTConfig kGpt{.vocab_size = 11, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 16,
-                     .dropout = 0.0, .bias = true};
+const GPTConfig kGpt{.vocab_size = 11,
+                     .block_size = 16,
+                     .n_layer = 2,
+                     .n_head = 2,
+                     .n_embd = 16,
+                     .dropout = 0.0,
+                     .bias = true};
 
 std::map<std::string, std::string> resnet_meta() {
   return {{"depth", std::to_string(kResNet.depth)},
@@ -130,8 +135,8 @@ TEST(ModelsInterop, ResNetAndGptLoadIntoPyTorchAndBack) {
                       {"loss", cross_entropy(logits, targets).value()}},
                      gpt_meta());
   }
-  const auto [code, out] = sh(python() + " '" TESSERA_SOURCE_DIR "/tests/train/models_interop.py' '" +
-                              d.string() + "'");
+  const auto [code, out] =
+      sh(python() + " '" TESSERA_SOURCE_DIR "/tests/train/models_interop.py' '" + d.string() + "'");
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("ok   resnet: Tessera's weights in PyTorch, outputs"), std::string::npos)
       << out;
@@ -186,10 +191,10 @@ TEST(ModelsInterop, TextSplitAndWindowsMatchThePythonTwin) {
   lo.part = TextPart::val;
   const TextBatchLoader val(split, lo);
 
-  const auto [code, out] = sh(python() + " '" TESSERA_SOURCE_DIR "/bench/text_peer.py' --dump '" +
-                              d.string() +
-                              "' --seed 12345 --block-size 1000 --context 32 --batch-size 5 "
-                              "--batches 3");
+  const auto [code, out] =
+      sh(python() + " '" TESSERA_SOURCE_DIR "/bench/text_peer.py' --dump '" + d.string() +
+         "' --seed 12345 --block-size 1000 --context 32 --batch-size 5 "
+         "--batches 3");
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json j = nlohmann::json::parse(out);
   EXPECT_EQ(j["bytes"].get<std::size_t>(), corpus.text.size());

@@ -214,9 +214,9 @@ GPTSpec read_gpt_hyperparameters(const std::map<std::string, std::string>& meta,
     throw FileError(fmt::format("{}: metadata 'gpt.vocab': {}", source, e.what()));
   }
   if (static_cast<std::int64_t>(spec.vocab.size()) != c.vocab_size)
-    throw FileError(fmt::format(
-        "{}: metadata 'gpt.vocab' holds {} characters but gpt.vocab_size is {}", source,
-        spec.vocab.size(), c.vocab_size));
+    throw FileError(
+        fmt::format("{}: metadata 'gpt.vocab' holds {} characters but gpt.vocab_size is {}", source,
+                    spec.vocab.size(), c.vocab_size));
   return spec;
 }
 

@@ -19,16 +19,17 @@ void normal_(Variable& v, double std, Generator& g) {
 }
 
 void zeros_(Variable& v) {
-  if (v.defined()) v.set_value(Tensor::full(v.shape(), 0.0, v.value().dtype(), &v.value().device()));
+  if (v.defined())
+    v.set_value(Tensor::full(v.shape(), 0.0, v.value().dtype(), &v.value().device()));
 }
 
 }  // namespace
 
 GPTMLP::GPTMLP(std::int64_t n_embd, double p, bool bias, Generator* gen) {
-  c_fc = register_module("c_fc", std::make_shared<Linear>(n_embd, 4 * n_embd, bias,
-                                                          Init::torch_default, gen));
-  c_proj = register_module("c_proj", std::make_shared<Linear>(4 * n_embd, n_embd, bias,
-                                                              Init::torch_default, gen));
+  c_fc = register_module(
+      "c_fc", std::make_shared<Linear>(n_embd, 4 * n_embd, bias, Init::torch_default, gen));
+  c_proj = register_module(
+      "c_proj", std::make_shared<Linear>(4 * n_embd, n_embd, bias, Init::torch_default, gen));
   dropout = register_module("dropout", std::make_shared<Dropout>(static_cast<float>(p)));
 }
 
@@ -38,7 +39,8 @@ Variable GPTMLP::forward(const Variable& x) {
 
 GPTBlock::GPTBlock(std::int64_t n_embd, int n_head, double p, bool bias, Generator* gen) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(n_embd));
-  attn = register_module("attn", std::make_shared<CausalSelfAttention>(n_embd, n_head, p, bias, gen));
+  attn =
+      register_module("attn", std::make_shared<CausalSelfAttention>(n_embd, n_head, p, bias, gen));
   ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(n_embd));
   mlp = register_module("mlp", std::make_shared<GPTMLP>(n_embd, p, bias, gen));
 }
@@ -50,8 +52,8 @@ Variable GPTBlock::forward(const Variable& x) {
 
 GPT::GPT(GPTConfig config, Generator* gen) : config_(config) {
   const GPTConfig& c = config_;
-  if (c.vocab_size <= 0 || c.block_size <= 0 || c.n_layer <= 0 || c.n_head <= 0 ||
-      c.n_embd <= 0 || c.n_embd % c.n_head != 0 || !(c.dropout >= 0 && c.dropout < 1))
+  if (c.vocab_size <= 0 || c.block_size <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.n_embd <= 0 ||
+      c.n_embd % c.n_head != 0 || !(c.dropout >= 0 && c.dropout < 1))
     throw InvalidArgument(fmt::format(
         "GPT(vocab_size={}, block_size={}, n_layer={}, n_head={}, n_embd={}, dropout={}): sizes "
         "must be positive, n_head must divide n_embd and dropout be in [0, 1)",
@@ -95,9 +97,9 @@ GPT::GPT(GPTConfig config, Generator* gen) : config_(config) {
 Variable GPT::forward(const Tensor& idx) {
   const Shape& s = idx.shape();
   if (s.rank() != 2 || (idx.dtype() != DType::i32 && idx.dtype() != DType::i64) || s[1] < 1)
-    throw InvalidArgument(fmt::format(
-        "GPT: expects token ids [B, T] of dtype i32 or i64 with T >= 1, got {} {}",
-        dtype_name(idx.dtype()), s.str()));
+    throw InvalidArgument(
+        fmt::format("GPT: expects token ids [B, T] of dtype i32 or i64 with T >= 1, got {} {}",
+                    dtype_name(idx.dtype()), s.str()));
   if (s[1] > config_.block_size)
     throw InvalidArgument(fmt::format(
         "GPT: cannot forward a sequence of length {}, the block size is only {} (crop the "
@@ -122,16 +124,16 @@ std::vector<std::int32_t> generate(GPT& model, std::vector<std::int32_t> ids,
   if (ids.empty()) throw InvalidArgument("generate: the prompt is empty (give at least one token)");
   for (std::size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= vocab)
-      throw InvalidArgument(fmt::format(
-          "generate: prompt token {} at position {} is outside the vocabulary [0, {})", ids[i], i,
-          vocab));
+      throw InvalidArgument(
+          fmt::format("generate: prompt token {} at position {} is outside the vocabulary [0, {})",
+                      ids[i], i, vocab));
   if (!(temperature >= 0) || !std::isfinite(temperature))
     throw InvalidArgument(fmt::format(
         "generate: temperature must be a finite number >= 0 (0: greedy), got {}", temperature));
   if (top_k < 0 || max_new_tokens < 0)
-    throw InvalidArgument(fmt::format(
-        "generate: top_k ({}) and max_new_tokens ({}) must not be negative", top_k,
-        max_new_tokens));
+    throw InvalidArgument(
+        fmt::format("generate: top_k ({}) and max_new_tokens ({}) must not be negative", top_k,
+                    max_new_tokens));
   const bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;

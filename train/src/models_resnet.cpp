@@ -62,8 +62,8 @@ Variable BasicBlock::shortcut(const Variable& x) const {
 Variable BasicBlock::forward(const Variable& x) {
   const Shape& s = x.shape();
   if (s.rank() != 4 || s[1] != in_planes_)
-    throw InvalidArgument(fmt::format("{}: expects input [N, {}, H, W], got {}", describe(),
-                                      in_planes_, s.str()));
+    throw InvalidArgument(
+        fmt::format("{}: expects input [N, {}, H, W], got {}", describe(), in_planes_, s.str()));
   Variable out = relu((*bn1)((*conv1)(x)));
   out = (*bn2)((*conv2)(out));
   return relu(add(out, shortcut(x)));
@@ -76,9 +76,9 @@ ResNet::ResNet(ResNetOptions options, Generator* gen) : options_(options) {
         "ResNet: depth {}: a CIFAR ResNet has depth 6n+2 with n >= 1 (8, 14, 20, 32, 44, 56, 110)",
         depth));
   if (options.num_classes <= 0 || options.in_channels <= 0 || options.width <= 0)
-    throw InvalidArgument(fmt::format(
-        "ResNet: num_classes ({}), in_channels ({}) and width ({}) must be positive",
-        options.num_classes, options.in_channels, options.width));
+    throw InvalidArgument(
+        fmt::format("ResNet: num_classes ({}), in_channels ({}) and width ({}) must be positive",
+                    options.num_classes, options.in_channels, options.width));
   Generator& g = gen ? *gen : default_generator();
   const int n = (depth - 2) / 6;
   const std::int64_t w = options.width;
@@ -95,15 +95,15 @@ ResNet::ResNet(ResNetOptions options, Generator* gen) : options_(options) {
     }
     *stages[i] = register_module(fmt::format("layer{}", i + 1), stage);
   }
-  fc = register_module("fc", std::make_shared<Linear>(4 * w, options.num_classes, true,
-                                                      Init::torch_default, &g));
+  fc = register_module(
+      "fc", std::make_shared<Linear>(4 * w, options.num_classes, true, Init::torch_default, &g));
 }
 
 Variable ResNet::forward(const Variable& x) {
   const Shape& s = x.shape();
   if (s.rank() != 4 || s[1] != options_.in_channels)
-    throw InvalidArgument(fmt::format("ResNet: expects images [N, {}, H, W], got {}",
-                                      options_.in_channels, s.str()));
+    throw InvalidArgument(
+        fmt::format("ResNet: expects images [N, {}, H, W], got {}", options_.in_channels, s.str()));
   Variable y = relu((*bn1)((*conv1)(x)));
   y = (*layer3)((*layer2)((*layer1)(y)));
   y = flatten(adaptive_avg_pool2d(y, 1, 1), 1);

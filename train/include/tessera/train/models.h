@@ -1,10 +1,13 @@
-// The two models tessera-train trains on 28x28 images with 10 classes.
+// The built-in models: the MLP and CNN that tessera-train trains on 28x28 images with 10
+// classes (below), the ResNet (resnet.h) and the GPT (gpt.h).
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "tessera/train/gpt.h"
 #include "tessera/train/layers.h"
+#include "tessera/train/resnet.h"
 
 namespace tessera::train {
 

@@ -20,8 +20,7 @@ namespace tessera::train {
 // Throws InvalidArgument for non-positive sizes or stride, or planes < in_planes.
 class BasicBlock : public Module {
  public:
-  BasicBlock(std::int64_t in_planes, std::int64_t planes, int stride = 1,
-             Generator* gen = nullptr);
+  BasicBlock(std::int64_t in_planes, std::int64_t planes, int stride = 1, Generator* gen = nullptr);
   // [N, in_planes, H, W] -> [N, planes, ceil(H / stride), ceil(W / stride)].
   Variable forward(const Variable& x) override;
   std::shared_ptr<Conv2d> conv1;
