@@ -152,6 +152,8 @@ TextCorpus load_text(const fs::path& path, std::uint64_t max_bytes) {
   };
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw fail(fmt::format("can not access: {}", ec.message()));
   if (!fs::exists(st)) throw fail(fmt::format("no such file or directory; {}", kGetText));
   std::vector<fs::path> files;
   if (fs::is_directory(st)) {
