@@ -83,9 +83,12 @@ struct LoaderOptions {
 
 // The augmentation of one sample: the crop offset (padded-image coordinates minus the padding,
 // each in [-padding, padding]) and whether it is mirrored. Output pixel (r, c) is the source pixel
-// (r + dy, c' + dx), with c' = cols - 1 - c when flipped and c otherwise, or 0 when that lies
-// outside the image. With an option off, its draw is still made (so turning one on does not change
-// the other's draws) but not applied: dy = dx = 0 or flip = false.
+// (r + dy, c' + dx), with c' = cols - 1 - c when flipped and c otherwise, or a pixel of value 0
+// (before normalisation) when that lies outside the image. With an option off, its draw is still
+// made (so turning one on does not change the other's draws) but not applied: dy = dx = 0 or
+// flip = false. augment_draw is the loader's draw for |sample| (the index in the dataset) in
+// |epoch|; a pure function of options.seed, random_crop_padding (taken as clamped to [0, 2^20])
+// and random_horizontal_flip, epoch and sample. Never throws.
 struct AugmentDraw {
   std::int64_t dy = 0, dx = 0;
   bool flip = false;
@@ -94,13 +97,12 @@ AugmentDraw augment_draw(const LoaderOptions& options, std::int64_t epoch, std::
 
 // Iterates a dataset in batches. begin_epoch(e) starts a background thread that gathers, in the
 // order permutation(size, derive_seed(seed, e)), augments (when asked) and normalises up to
-// |prefetch| batches ahead;
-// next() hands them over in order. One consumer thread; the dataset must outlive the loader and
-// keep its sizes (each epoch's worker checks them again). An exception on the worker (a dataset
-// that changed, std::bad_alloc) never terminates the process: the worker stops, and next()
-// rethrows it on the consumer thread once the batches made before it are handed over, and again
-// on every later call until begin_epoch. Stopping (begin_epoch, the destructor) never waits on a
-// worker that failed.
+// |prefetch| batches ahead; next() hands them over in order. One consumer thread; the dataset must
+// outlive the loader and keep its sizes (each epoch's worker checks them again). An exception on
+// the worker (a dataset that changed, std::bad_alloc) never terminates the process: the worker
+// stops, and next() rethrows it on the consumer thread once the batches made before it are handed
+// over, and again on every later call until begin_epoch. Stopping (begin_epoch, the destructor)
+// never waits on a worker that failed.
 class BatchLoader {
  public:
   // Throws InvalidArgument for a batch size that is not positive, a std that is not positive, a
