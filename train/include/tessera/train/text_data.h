@@ -86,7 +86,7 @@ TextCorpus load_text(const std::filesystem::path& path = kDefaultTextCorpus,
 // later taken within each concatenation, so a window may join two blocks of its own split, but
 // no validation byte is ever in a training window.
 struct TextSplitOptions {
-  std::int64_t block_size = 4096;  // 4 KiB: 630 blocks of fortunes, some 60 lines each
+  std::int64_t block_size = 4096;  // 4 KiB: 630 blocks of fortunes, ~110 lines each
   double val_fraction = 0.1;
   std::uint64_t seed = 0;
 };
