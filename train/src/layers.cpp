@@ -15,7 +15,7 @@ namespace tessera::train {
 namespace {
 
 Generator& pick(Generator* gen) {
-  return gen ? *gen : default_generator();
+  return gen ? *gen : default_init_generator();
 }
 
 // Weight and bias for a layer of |shape| ([out, in, ...]) as |init| says.

@@ -47,7 +47,7 @@ MultiheadAttention::MultiheadAttention(std::int64_t embed_dim, std::int64_t num_
         "MultiheadAttention(embed_dim={}, num_heads={}, dropout={}): sizes must be positive, "
         "num_heads must divide embed_dim and dropout be in [0, 1)",
         embed_dim, num_heads, dropout));
-  Generator& g = gen ? *gen : default_generator();
+  Generator& g = gen ? *gen : default_init_generator();
   in_proj_weight = register_parameter("in_proj_weight", init::xavier_uniform(Shape{3 * e_, e_}, g));
   in_proj_bias =
       register_parameter("in_proj_bias", bias ? Tensor::full(Shape{3 * e_}, 0.0) : Tensor());

@@ -11,17 +11,19 @@
 #include <fmt/format.h>
 
 #include "tessera/errors.h"
+#include "tessera/generator.h"
 #include "tessera/ops.h"
 
 namespace tessera::train {
 
-Generator& default_generator() {
+Generator& default_init_generator() {
   thread_local Generator gen(0);
   return gen;
 }
 
-void manual_seed(std::uint64_t seed) {
-  default_generator() = Generator(seed);
+void seed_everything(std::uint64_t seed) {
+  default_init_generator() = Generator(seed);
+  tessera::manual_seed(seed);
 }
 
 Variable Module::forward(const Variable&) {
@@ -173,7 +175,7 @@ Tensor own_copy(const Tensor& src, Device& device) {
 
 }  // namespace
 
-LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
+IncompatibleKeys Module::load_state_dict(const StateDict& state, bool strict) {
   std::vector<Slot> slots;
   collect("", true, slots);
   std::map<std::string, const Tensor*> given;
@@ -182,7 +184,7 @@ LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
     if (!given.emplace(k, &t).second) repeated.push_back(k);
     if (!t.defined()) problems.push_back(fmt::format("the value of {} is undefined", k));
   }
-  LoadResult result;
+  IncompatibleKeys result;
   std::set<std::string> known;
   for (const Slot& s : slots) {
     known.insert(s.name);

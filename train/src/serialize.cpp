@@ -24,7 +24,7 @@ void save(const Module& module, const std::filesystem::path& path) {
   save_state_dict(module.state_dict(), path);
 }
 
-LoadResult load(Module& module, const std::filesystem::path& path, bool strict) {
+IncompatibleKeys load(Module& module, const std::filesystem::path& path, bool strict) {
   // Read onto the module's device (load_state_dict copies each value to the device of the tensor
   // it replaces, should they differ).
   const StateDict mine = module.state_dict();

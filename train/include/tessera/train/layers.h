@@ -3,7 +3,7 @@
 // Parameters are created on the default device and move with to().
 //
 // Initialisation: every constructor takes an optional Generator* last (nullptr: this thread's
-// default_generator()); Linear and Conv2d also keep their older form with a Generator& after
+// default_init_generator()); Linear and Conv2d also keep their older form with a Generator& after
 // the sizes. The random numbers are Tessera's (random.h), not torch's: the distributions are
 // torch's, the values are not.
 #pragma once

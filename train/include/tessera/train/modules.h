@@ -45,16 +45,23 @@ struct NamedBuffer {
 // An ordered state dict, as torch's OrderedDict: names to the module's own tensors.
 using StateDict = std::vector<std::pair<std::string, Tensor>>;
 
-// What a non-strict load_state_dict skipped (torch's _IncompatibleKeys).
-struct LoadResult {
+// What a non-strict load_state_dict skipped (torch's _IncompatibleKeys). LoadResult is the same
+// type (tessera::LoadResult, the plugin loader's, has the name too: spell this one
+// IncompatibleKeys where both namespaces are used).
+struct IncompatibleKeys {
   std::vector<std::string> missing_keys, unexpected_keys;
 };
+using LoadResult = IncompatibleKeys;
 
 // The per-thread Generator that layer constructors draw their initial weights from when they
-// are given none (torch's default CPU generator, one per thread here). Starts from seed 0.
-Generator& default_generator();
-// Reseeds this thread's default generator (torch.manual_seed).
-void manual_seed(std::uint64_t seed);
+// are given none (torch's default CPU generator; one per thread here). Starts from seed 0.
+// (tessera::default_generator() and tessera::manual_seed() are the TensorGenerator's of rand and
+// randn: these names differ so that code using both namespaces stays unambiguous.)
+Generator& default_init_generator();
+// Lightning's seed_everything: reseeds this thread's default_init_generator() and the tensor
+// generator of rand/randn (tessera::manual_seed), so that a program's initial weights and random
+// tensors repeat.
+void seed_everything(std::uint64_t seed);
 
 class Module : public std::enable_shared_from_this<Module> {
  public:
@@ -116,7 +123,7 @@ class Module : public std::enable_shared_from_this<Module> {
   // strict mode missing and unexpected keys. Any problem throws InvalidArgument listing all of
   // them, as torch does ("Error(s) in loading state_dict for Net:\n\tMissing key(s) in
   // state_dict: \"fc.bias\". ..."), and changes nothing. Returns the keys skipped (non-strict).
-  LoadResult load_state_dict(const StateDict& state, bool strict = true);
+  IncompatibleKeys load_state_dict(const StateDict& state, bool strict = true);
 
   // --- mode, device, gradients ---
   // Training mode (Dropout active, BatchNorm on batch statistics; the default) or evaluation

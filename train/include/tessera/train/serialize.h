@@ -23,7 +23,7 @@ void save(const Module& module, const std::filesystem::path& path);
 // entry) for a file that is not valid safetensors, and InvalidArgument starting with the path
 // for entries that do not fit the module (load_state_dict's message: every missing, unexpected
 // or mismatched entry); the module is unchanged on any error.
-LoadResult load(Module& module, const std::filesystem::path& path, bool strict = true);
+IncompatibleKeys load(Module& module, const std::filesystem::path& path, bool strict = true);
 
 // The same for a bare state dict: |metadata| is written as the file's __metadata__.
 void save_state_dict(const StateDict& state, const std::filesystem::path& path,
