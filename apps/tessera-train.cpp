@@ -91,7 +91,7 @@ int run(const Args& a) {
   const Dataset test_set = load_mnist_split(a.data, "t10k");
 
   Generator gen(derive_seed(a.seed, 0x1417));
-  std::unique_ptr<Sequential> model;
+  std::shared_ptr<Sequential> model;
   {
     DeviceGuard guard(trainer.device());
     model = make_model(a.model, gen);
