@@ -207,6 +207,28 @@ IncompatibleKeys Module::load_state_dict(const StateDict& state, bool strict) {
           "current model is {}.",
           s.name, dtype_name(src.dtype()), dtype_name(dst.dtype())));
   }
+  // Tied parameters (one Variable under two names, as GPT's transformer.wte.weight and
+  // lm_head.weight): the values given for both must be equal, else one would silently win.
+  std::map<const Node*, std::string> first_name;
+  for (const Slot& s : slots) {
+    if (!s.param) continue;
+    const auto [first, fresh] = first_name.emplace(s.param->node().get(), s.name);
+    const auto a = given.find(first->second), b = given.find(s.name);
+    if (fresh || a == given.end() || b == given.end() || !a->second->defined() ||
+        !b->second->defined() || !(a->second->shape() == b->second->shape()) ||
+        a->second->dtype() != b->second->dtype())
+      continue;
+    auto bytes = [](const Tensor& t) {
+      std::vector<unsigned char> v(t.nbytes());
+      t.copy_to_host(v.data(), v.size(), t.dtype());
+      return v;
+    };
+    if (bytes(*a->second) != bytes(*b->second))
+      problems.push_back(fmt::format(
+          "{} and {} are one tied parameter in the current model, but the values given for them "
+          "differ.",
+          first->second, s.name));
+  }
   for (const auto& [k, t] : state)
     if (!known.count(k) && std::find(result.unexpected_keys.begin(), result.unexpected_keys.end(),
                                      k) == result.unexpected_keys.end())
