@@ -58,7 +58,7 @@ GPT::GPT(GPTConfig config, Generator* gen) : config_(config) {
         "GPT(vocab_size={}, block_size={}, n_layer={}, n_head={}, n_embd={}, dropout={}): sizes "
         "must be positive, n_head must divide n_embd and dropout be in [0, 1)",
         c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.dropout));
-  Generator& g = gen ? *gen : default_generator();
+  Generator& g = gen ? *gen : default_init_generator();
   transformer = register_module("transformer", std::make_shared<ModuleDict>());
   wte = std::make_shared<Embedding>(c.vocab_size, c.n_embd, std::nullopt, &g);
   wpe = std::make_shared<Embedding>(c.block_size, c.n_embd, std::nullopt, &g);

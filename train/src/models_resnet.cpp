@@ -31,7 +31,7 @@ BasicBlock::BasicBlock(std::int64_t in_planes, std::int64_t planes, int stride, 
         "BasicBlock(in_planes={}, planes={}, stride={}): sizes and stride must be positive and "
         "planes at least in_planes (the option-A shortcut only adds channels)",
         in_planes, planes, stride));
-  Generator& g = gen ? *gen : default_generator();
+  Generator& g = gen ? *gen : default_init_generator();
   conv1 = register_module("conv1", conv3x3(in_planes, planes, stride, g));
   bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(planes));
   conv2 = register_module("conv2", conv3x3(planes, planes, 1, g));
@@ -79,7 +79,7 @@ ResNet::ResNet(ResNetOptions options, Generator* gen) : options_(options) {
     throw InvalidArgument(
         fmt::format("ResNet: num_classes ({}), in_channels ({}) and width ({}) must be positive",
                     options.num_classes, options.in_channels, options.width));
-  Generator& g = gen ? *gen : default_generator();
+  Generator& g = gen ? *gen : default_init_generator();
   const int n = (depth - 2) / 6;
   const std::int64_t w = options.width;
   conv1 = register_module("conv1", conv3x3(options.in_channels, w, 1, g));

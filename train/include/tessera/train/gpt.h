@@ -53,9 +53,9 @@ class GPTBlock : public Module {
 // see it once, under transformer.wte.weight; a load_state_dict whose two entries differ throws
 // InvalidArgument (Module::load_state_dict). Initialisation as nanoGPT's: Linear and Embedding
 // weights N(0, 0.02), biases 0, the residual projections (attn.c_proj, mlp.c_proj) N(0, 0.02 /
-// sqrt(2 n_layer)), LayerNorm 1 / 0; the values come from |gen| (nullptr: the default generator).
-// Throws InvalidArgument for a non-positive vocab_size, block_size, n_layer, n_head or n_embd, an
-// n_head that does not divide n_embd, or a dropout outside [0, 1).
+// sqrt(2 n_layer)), LayerNorm 1 / 0; the values come from |gen| (nullptr:
+// default_init_generator()). Throws InvalidArgument for a non-positive vocab_size, block_size,
+// n_layer, n_head or n_embd, an n_head that does not divide n_embd, or a dropout outside [0, 1).
 class GPT : public Module {
  public:
   explicit GPT(GPTConfig config, Generator* gen = nullptr);
