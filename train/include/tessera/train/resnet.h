@@ -15,9 +15,9 @@ namespace tessera::train {
 // shortcut(x)). The shortcut is the identity, or, where the block changes the resolution or the
 // width, the paper's option A: x[:, :, ::stride, ::stride] with (planes - in_planes) zero
 // channels, (planes - in_planes) / 2 before the input's and the rest after (no parameters).
-// Children conv1, bn1, conv2, bn2 (the twin's names). Weights from |gen| (nullptr: the default
-// generator): convolutions kaiming_normal(mode="fan_out", nonlinearity="relu"), BatchNorm 1 / 0.
-// Throws InvalidArgument for non-positive sizes or stride, or planes < in_planes.
+// Children conv1, bn1, conv2, bn2 (the twin's names). Weights from |gen| (nullptr:
+// default_init_generator()): convolutions kaiming_normal(mode="fan_out", nonlinearity="relu"),
+// BatchNorm 1 / 0. Throws InvalidArgument for non-positive sizes or stride, or planes < in_planes.
 class BasicBlock : public Module {
  public:
   BasicBlock(std::int64_t in_planes, std::int64_t planes, int stride = 1, Generator* gen = nullptr);
