@@ -41,8 +41,8 @@ std::int64_t count_of(const SchedulerState& s, const std::string& key, const std
   const auto v = detail::parse_integer<std::int64_t>(text);
   if (!v || *v < min)
     throw InvalidArgument(
-        fmt::format("{} state: '{}' is '{}', expected a count of {} or more in decimal digits", who,
-                    key, text, min));
+        fmt::format("{} state: '{}' is '{}', expected an integer of {} or more in decimal digits",
+                    who, key, text, min));
   return *v;
 }
 
@@ -139,7 +139,7 @@ void LRScheduler::check_state(const SchedulerState& s) const {
                                    "scheduler, resume with the one it was written by",
                                    who, type));
   std::set<std::string> known{"type", "last_epoch", "step_count"};
-  count_of(s, "last_epoch", who, 0);
+  count_of(s, "last_epoch", who, -1);  // -1: a SequentialLR's scheduler not started yet
   count_of(s, "step_count", who, 1);
   for (std::size_t g = 0; g < base_lrs_.size(); ++g)
     for (const char* what : {"base_lrs", "last_lr"}) {
@@ -165,7 +165,7 @@ void LRScheduler::check_state(const SchedulerState& s) const {
 void LRScheduler::load_state(const SchedulerState& s) {
   check_state(s);
   const std::string who = name();
-  last_epoch_ = count_of(s, "last_epoch", who, 0);
+  last_epoch_ = count_of(s, "last_epoch", who, -1);
   step_count_ = count_of(s, "step_count", who, 1);
   for (std::size_t g = 0; g < base_lrs_.size(); ++g) {
     base_lrs_[g] = lr_of(s, indexed("base_lrs", g), who);
