@@ -302,14 +302,26 @@ TEST(Optim, ZeroGradSetsToNoneOrToZeros) {
   Adam adam(t.groups(), AdamOptions{});
   t.grads(5);
   const Tensor held = t.a.grad();
+  const auto before = held.to_vector<float>();
   adam.zero_grad(false);
   EXPECT_EQ(t.a.grad().to_vector<float>(), std::vector<float>(6, 0.0f));
-  EXPECT_EQ(held.to_vector<float>(), std::vector<float>(6, 0.0f));  // zeroed in place
+  EXPECT_EQ(held.to_vector<float>(), before);  // a new zero tensor, not written in place
   t.b.set_grad(Tensor());
   adam.zero_grad(false);
   EXPECT_FALSE(t.b.grad().defined());  // no gradient stays none
   adam.zero_grad();
   EXPECT_FALSE(t.a.grad().defined());
+}
+
+TEST(Optim, ZeroGradLeavesAGradientSharedWithAnotherLeafAlone) {
+  // backward() of a + b gives both leaves one gradient tensor; zeroing a's must not zero b's.
+  Variable a(Tensor::from(random_values(4, 1), {4}, &cpu()), true);
+  Variable b(Tensor::from(random_values(4, 2), {4}, &cpu()), true);
+  add(a, b).backward(Tensor::full({4}, 2.0, DType::f32, &cpu()));
+  SGD sgd({{"a", &a}});
+  sgd.zero_grad(false);
+  EXPECT_EQ(a.grad().to_vector<float>(), std::vector<float>(4, 0.0f));
+  EXPECT_EQ(b.grad().to_vector<float>(), std::vector<float>(4, 2.0f));
 }
 
 TEST(Optim, StateRoundTripsWithGroupsAndResumesBitIdentically) {

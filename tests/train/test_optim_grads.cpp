@@ -156,6 +156,7 @@ TEST(ClipGrad, EqualsTorchNnUtilsOnEveryDevice) {
       a.set_grad(Tensor::from(clip_grad(0), {50}, d));
       b.set_grad(Tensor::from(clip_grad(1), {17}, d));
       const Tensor held = a.grad();
+      const auto unclipped = held.to_vector<float>();
       const json& want = peer().at(c.name);
       if (c.kind == "norm") {
         const std::vector<NamedParameter> params{{"a", &a}, {"b", &b}, {"none", &none}};
@@ -169,10 +170,25 @@ TEST(ClipGrad, EqualsTorchNnUtilsOnEveryDevice) {
       }
       EXPECT_LT(normalised_error(a.grad().to_vector<float>(), want["grads"][0]), 1e-5);
       EXPECT_LT(normalised_error(b.grad().to_vector<float>(), want["grads"][1]), 1e-5);
-      EXPECT_LT(normalised_error(held.to_vector<float>(), want["grads"][0]), 1e-5);  // in place
+      EXPECT_EQ(held.to_vector<float>(), unclipped);  // replaced, not written in place
       EXPECT_FALSE(none.grad().defined());
     }
   }
+}
+
+TEST(ClipGrad, ClipsAGradientSharedWithAnotherLeafOnce) {
+  // backward() of a + b gives both leaves one gradient tensor: each is clipped once.
+  Variable a(Tensor::full({4}, 0.0, DType::f32, &cpu()), true);
+  Variable b(Tensor::full({4}, 0.0, DType::f32, &cpu()), true);
+  add(a, b).backward(Tensor::full({4}, 2.0, DType::f32, &cpu()));
+  const Tensor norm = clip_grad_norm_(std::vector<Variable>{a, b}, 1.0);
+  EXPECT_NEAR(norm.item(), std::sqrt(32.0), 1e-5);
+  const float scaled = static_cast<float>(2.0 / (std::sqrt(32.0) + 1e-6));
+  for (const Variable& v : {a, b})
+    for (float g : v.grad().to_vector<float>()) EXPECT_NEAR(g, scaled, 1e-6);
+  clip_grad_value_(std::vector<Variable>{a}, 0.1);
+  EXPECT_EQ(a.grad().to_vector<float>(), std::vector<float>(4, 0.1f));
+  for (float g : b.grad().to_vector<float>()) EXPECT_NEAR(g, scaled, 1e-6);
 }
 
 TEST(ClipGrad, NoGradientsGiveAZeroNormAndBadArgumentsThrow) {

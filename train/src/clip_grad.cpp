@@ -87,13 +87,11 @@ Tensor clip_grad_norm_(const std::vector<Variable>& parameters, double max_norm,
         norm_type));
   const Tensor coef =
       clamp_max(div(Tensor::full({}, max_norm, DType::f32, &device), add_scalar(total, 1e-6)), 1.0);
+  // Each gradient is replaced, never written in place: backward() may hand two leaves one
+  // tensor (the gradients of a + b), which in-place writes would scale twice.
   for (Variable v : with_grad) {
     Tensor& g = v.mutable_grad();
-    const Tensor scaled = mul(g, as(coef, g.device(), g.dtype()));
-    if (g.is_contiguous())
-      copy_(g, scaled);
-    else
-      g = scaled;
+    g = mul(g, as(coef, g.device(), g.dtype()));
   }
   return total;
 }
@@ -110,11 +108,7 @@ void clip_grad_value_(const std::vector<Variable>& parameters, double clip_value
   for (Variable v : parameters) {
     if (!v.defined() || !v.grad().defined()) continue;
     Tensor& g = v.mutable_grad();
-    const Tensor clamped = clamp(g, -clip_value, clip_value);
-    if (g.is_contiguous())
-      copy_(g, clamped);
-    else
-      g = clamped;
+    g = clamp(g, -clip_value, clip_value);  // replaced, not written in place (as above)
   }
 }
 

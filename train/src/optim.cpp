@@ -77,12 +77,10 @@ void Optimizer::zero_grad(bool set_to_none) {
       p.variable->zero_grad();
       continue;
     }
+    // A new zero tensor rather than zeroing in place: backward() may hand two leaves one
+    // gradient tensor, and a parameter outside this optimizer must keep its gradient.
     Tensor& g = p.variable->mutable_grad();
-    if (!g.defined()) continue;
-    if (g.is_contiguous())
-      fill_(g, 0.0);
-    else
-      g = Tensor::full(g.shape(), 0.0, g.dtype(), &g.device());
+    if (g.defined()) g = Tensor::full(g.shape(), 0.0, g.dtype(), &g.device());
   }
 }
 

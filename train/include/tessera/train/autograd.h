@@ -45,9 +45,10 @@ class Variable {
   // value's shape, dtype and device; an undefined tensor drops the gradient. Throws
   // InvalidArgument for a non-leaf, or naming the shape, dtype or device that differs.
   void set_grad(Tensor grad);
-  // The gradient of a leaf for writing in place or assigning (LibTorch's mutable_grad()); the
-  // caller keeps it of the value's shape, dtype and device. Throws InvalidArgument for a
-  // non-leaf.
+  // The gradient of a leaf for assigning or writing in place (LibTorch's mutable_grad()); the
+  // caller keeps it of the value's shape, dtype and device. A gradient left by backward() may
+  // be the very tensor another leaf holds (the gradients of a + b): assign a new tensor rather
+  // than write into one you did not set. Throws InvalidArgument for a non-leaf.
   Tensor& mutable_grad();
   // Replaces the value of a leaf (moving a parameter to a device, loading a checkpoint). Throws
   // InvalidArgument for a non-leaf or a different shape.

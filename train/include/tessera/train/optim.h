@@ -55,7 +55,9 @@ class Optimizer {
   // Updates every parameter that has a gradient. Asynchronous like every op.
   virtual void step() = 0;
   // torch.optim.Optimizer.zero_grad(set_to_none=True): drops every gradient; with false, sets
-  // each existing gradient to zeros instead (parameters without one keep none).
+  // each existing gradient to a new zero tensor instead (parameters without one keep none; a
+  // tensor taken from grad() before keeps its values, as backward() may share one gradient
+  // tensor between leaves).
   void zero_grad(bool set_to_none = true);
   virtual std::string name() const = 0;  // "sgd", "adam", "adamw"
 
