@@ -101,7 +101,8 @@ OptimizerConfig LanguageModel::configure_optimizers() {
   std::shared_ptr<LRScheduler> warm, cosine;
   if (warmup > 1)  // factor (step + 1) / warmup at step 0 .. warmup - 1
     warm = std::make_shared<LinearLR>(*opt, 1.0 / static_cast<double>(warmup), 1.0, warmup - 1);
-  if (decay_steps > 0) cosine = std::make_shared<CosineAnnealingLR>(*opt, decay_steps, min_lr);
+  if (decay_steps > 0 && o.cosine)
+    cosine = std::make_shared<CosineAnnealingLR>(*opt, decay_steps, min_lr);
   if (warm && cosine)
     config.lr_scheduler = std::make_shared<SequentialLR>(
         *opt, std::vector<std::shared_ptr<LRScheduler>>{warm, cosine},
@@ -130,8 +131,11 @@ std::vector<std::int32_t> LanguageModel::generate(std::vector<std::int32_t> prom
 std::string LanguageModel::generate_text(std::string_view prompt, std::int64_t max_new_tokens,
                                          double temperature, std::int64_t top_k,
                                          std::uint64_t seed) {
+  const std::size_t newline = vocab_.find('\n');
   std::vector<std::int32_t> ids =
-      prompt.empty() ? std::vector<std::int32_t>{0} : encode_text(vocab_, prompt);
+      !prompt.empty()                ? encode_text(vocab_, prompt)
+      : newline != std::string::npos ? std::vector<std::int32_t>{static_cast<std::int32_t>(newline)}
+                                     : std::vector<std::int32_t>{0};
   const std::vector<std::int32_t> out =
       generate(std::move(ids), max_new_tokens, temperature, top_k, seed);
   const std::string text = decode_text(vocab_, out);

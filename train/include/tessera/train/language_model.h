@@ -28,6 +28,7 @@ struct LanguageModelOptions {
   std::int64_t warmup_steps = 100;
   std::int64_t max_steps = 5000;
   double min_lr = -1;  // negative: lr / 10
+  bool cosine = true;  // false: the lr stays constant after the warmup
 };
 
 class LanguageModel : public LightningModule {
@@ -58,8 +59,9 @@ class LanguageModel : public LightningModule {
   std::vector<std::int32_t> generate(std::vector<std::int32_t> prompt, std::int64_t max_new_tokens,
                                      double temperature = 1.0, std::int64_t top_k = 0,
                                      std::uint64_t seed = 0);
-  // The same on text: |prompt| encoded with the vocabulary (an empty prompt starts from token
-  // 0, the smallest byte, usually '\n' as nanoGPT's sample.py), the result decoded. Throws
+  // The same on text: |prompt| encoded with the vocabulary (an empty prompt starts from a new
+  // line, as nanoGPT's sample.py, or from token 0 when the vocabulary has no '\n'; that start
+  // is not returned), the result decoded. Throws
   // InvalidArgument listing the characters of |prompt| that the vocabulary lacks, and as
   // generate does.
   std::string generate_text(std::string_view prompt, std::int64_t max_new_tokens,
