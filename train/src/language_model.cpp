@@ -233,7 +233,12 @@ void save_language_model(LanguageModel& model, const std::filesystem::path& path
 std::shared_ptr<LanguageModel> load_language_model(const std::filesystem::path& path,
                                                    Device* device) {
   SafetensorsContents file = load_safetensors(path, device);
-  const GPTSpec spec = read_gpt_hyperparameters(file.metadata, path.string());
+  // A checkpoint holds the hyperparameters as "hparams.KEY" (LightningModule's).
+  std::map<std::string, std::string> meta = file.metadata;
+  if (!meta.count("tessera.model"))
+    for (const auto& [k, v] : file.metadata)
+      if (k.starts_with("hparams.")) meta[k.substr(8)] = v;
+  const GPTSpec spec = read_gpt_hyperparameters(meta, path.string());
   std::shared_ptr<LanguageModel> model;
   {
     DeviceGuard guard(device ? *device : default_device());

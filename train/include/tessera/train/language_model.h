@@ -75,7 +75,8 @@ class LanguageModel : public LightningModule {
   // "gpt.vocab_size", "gpt.block_size", "gpt.n_layer", "gpt.n_head", "gpt.n_embd",
   // "gpt.dropout", "gpt.bias" (decimal, "true"/"false") and "gpt.vocab" (the vocabulary's bytes
   // in lower-case hex: "0a2021..."; bytes.fromhex in Python).
-  std::map<std::string, std::string> hyperparameters() const;
+  // (LightningModule's hyperparameters(): a Trainer checkpoint stores them as "hparams.KEY".)
+  std::map<std::string, std::string> hyperparameters() const override;
 
  private:
   std::shared_ptr<GPT> gpt_;
@@ -100,10 +101,10 @@ GPTSpec read_gpt_hyperparameters(const std::map<std::string, std::string>& metad
 void save_language_model(LanguageModel& model, const std::filesystem::path& path);
 
 // Rebuilds a LanguageModel from a weights file (save_language_model) or a Trainer checkpoint of
-// one (its "optimizer.*" tensors are skipped) on |device| (the default device when null), in
-// evaluation mode. Throws FileError (load_safetensors's, or read_gpt_hyperparameters's naming
-// the file) and InvalidArgument when the tensors do not fit the model (load_state_dict's
-// message, including tied weights that differ).
+// one (its "optimizer.*" tensors are skipped, its "hparams.*" metadata read) on |device| (the
+// default device when null), in evaluation mode. Throws FileError (load_safetensors's, or
+// read_gpt_hyperparameters's naming the file) and InvalidArgument when the tensors do not fit the
+// model (load_state_dict's message, including tied weights that differ).
 std::shared_ptr<LanguageModel> load_language_model(const std::filesystem::path& path,
                                                    Device* device = nullptr);
 
