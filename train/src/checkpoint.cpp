@@ -127,14 +127,17 @@ std::string inconsistency(const TrainingProgress& p) {
   if (p.global_step < p.epoch)
     return fmt::format("global_step is {} after {} epochs: every epoch takes at least one step",
                        p.global_step, p.epoch);
-  if (p.batches_seen < p.global_step + p.epoch_batch / std::max<std::int64_t>(p.epoch_batch, 1))
-    return fmt::format("batches_seen is {} for {} steps: every step takes at least one batch",
-                       p.batches_seen, p.global_step);
+  if (p.batches_seen < p.global_step || p.batches_seen < p.epoch_batch)
+    return fmt::format(
+        "batches_seen is {} for {} steps and {} batches of this epoch: every step "
+        "takes at least one batch",
+        p.batches_seen, p.global_step, p.epoch_batch);
   if (p.epoch_batch == 0 && (!p.epoch_sums.empty() || p.epoch_loss.weight != 0))
     return "epoch sums are given at an epoch's end (epoch_batch 0)";
-  if (!p.history.empty() && p.history.back().epoch > p.epoch + 1)
-    return fmt::format("the history has rows of epoch {} after {} epoch(s) done",
-                       p.history.back().epoch, p.epoch);
+  // Rows belong to epochs done, or to the epoch under way.
+  if (!p.history.empty() && p.history.back().epoch > p.epoch + (p.epoch_batch > 0 ? 1 : 0))
+    return fmt::format("the history has rows of epoch {} after {} epoch(s) and {} batch(es) done",
+                       p.history.back().epoch, p.epoch, p.epoch_batch);
   return {};
 }
 
