@@ -194,11 +194,56 @@ Dataset load_mnist_split(const fs::path& dir, const std::string& split) {
   return d;
 }
 
+namespace {
+// Padding beyond this is surely a mistake (and keeps every offset far from overflow).
+constexpr std::int64_t kMaxCropPadding = std::int64_t{1} << 20;
+// The stream of the augmentation draws, apart from the shuffle's derive_seed(seed, epoch).
+constexpr std::uint64_t kAugmentStream = 0x6175676d656e74;  // "augment"
+
+// Writes the augmented, normalised copy of the rows x cols image |src| to |dst| (see AugmentDraw).
+void augment_image(const std::uint8_t* src, float* dst, std::int64_t rows, std::int64_t cols,
+                   const AugmentDraw& d, float scale, float shift) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t sr = r + d.dy;
+    float* out = dst + r * cols;
+    if (sr < 0 || sr >= rows) {
+      std::fill(out, out + cols, -shift);  // a padded pixel: 0 * scale - shift
+      continue;
+    }
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const std::int64_t sc = (d.flip ? cols - 1 - c : c) + d.dx;
+      const std::uint8_t v = sc >= 0 && sc < cols ? src[sr * cols + sc] : 0;
+      out[c] = static_cast<float>(v) * scale - shift;
+    }
+  }
+}
+}  // namespace
+
+AugmentDraw augment_draw(const LoaderOptions& options, std::int64_t epoch, std::int64_t sample) {
+  const std::uint64_t epoch_seed =
+      derive_seed(derive_seed(options.seed, kAugmentStream), static_cast<std::uint64_t>(epoch));
+  const std::uint64_t sample_seed = derive_seed(epoch_seed, static_cast<std::uint64_t>(sample));
+  // One generator per draw, so that no draw depends on how many values another one took.
+  auto draw = [&](std::uint64_t which, std::uint64_t n) {
+    return Generator(derive_seed(sample_seed, which)).below(n);
+  };
+  const std::int64_t p = std::clamp<std::int64_t>(options.random_crop_padding, 0, kMaxCropPadding);
+  const auto span = static_cast<std::uint64_t>(2 * p + 1);
+  AugmentDraw d;
+  d.dy = static_cast<std::int64_t>(draw(0, span)) - p;
+  d.dx = static_cast<std::int64_t>(draw(1, span)) - p;
+  d.flip = draw(2, 2) == 1 && options.random_horizontal_flip;
+  return d;
+}
+
 BatchLoader::BatchLoader(const Dataset& data, LoaderOptions options)
     : data_(data), options_(options) {
   if (options.batch_size <= 0)
     throw InvalidArgument(fmt::format("batch size must be positive, got {}", options.batch_size));
   if (!(options.std > 0)) throw InvalidArgument("normalisation std must be positive");
+  if (options.random_crop_padding < 0 || options.random_crop_padding > kMaxCropPadding)
+    throw InvalidArgument(fmt::format("random_crop_padding must be in [0, {}], got {}",
+                                      kMaxCropPadding, options.random_crop_padding));
   const std::optional<std::int64_t> pixels =
       data.rows >= 0 && data.cols >= 0 ? checked_mul(data.rows, data.cols) : std::nullopt;
   const std::optional<std::int64_t> bytes =
@@ -250,7 +295,8 @@ void BatchLoader::begin_epoch(std::int64_t epoch) {
     std::iota(order.begin(), order.end(), 0);
   }
   produced_ = consumed_ = 0;
-  worker_ = std::thread([this, o = std::move(order)]() mutable { produce(std::move(o)); });
+  worker_ =
+      std::thread([this, o = std::move(order), epoch]() mutable { produce(std::move(o), epoch); });
 }
 
 void BatchLoader::check_dataset() const {
@@ -265,10 +311,11 @@ void BatchLoader::check_dataset() const {
         data_.labels.size()));
 }
 
-void BatchLoader::produce(std::vector<std::int64_t> order) {
+void BatchLoader::produce(std::vector<std::int64_t> order, std::int64_t epoch) {
   try {
     check_dataset();
     const std::int64_t pixels = pixels_;
+    const bool augment = options_.random_crop_padding > 0 || options_.random_horizontal_flip;
     const float scale = 1.0f / (255.0f * options_.std), shift = options_.mean / options_.std;
     for (std::int64_t b = 0; b < batches_; ++b) {
       Batch batch;
@@ -281,8 +328,12 @@ void BatchLoader::produce(std::vector<std::int64_t> order) {
         const std::int64_t s = order[static_cast<std::size_t>(begin + i)];
         const std::uint8_t* src = data_.images.data() + s * pixels;
         float* dst = batch.x.data() + i * pixels;
-        for (std::int64_t p = 0; p < pixels; ++p)
-          dst[p] = static_cast<float>(src[p]) * scale - shift;
+        if (augment)
+          augment_image(src, dst, data_.rows, data_.cols, augment_draw(options_, epoch, s), scale,
+                        shift);
+        else
+          for (std::int64_t p = 0; p < pixels; ++p)
+            dst[p] = static_cast<float>(src[p]) * scale - shift;
         batch.y[static_cast<std::size_t>(i)] = data_.labels[static_cast<std::size_t>(s)];
       }
       std::unique_lock lock(mutex_);

@@ -1,5 +1,6 @@
 // Datasets: the IDX format of MNIST and Fashion-MNIST (plain or gzip), and a loader that
-// shuffles per epoch from the seed and prepares normalised batches on a background thread.
+// shuffles per epoch from the seed and prepares normalised (optionally augmented) batches on a
+// background thread.
 #pragma once
 
 #include <condition_variable>
@@ -68,20 +69,45 @@ struct LoaderOptions {
   float mean = 0.2860f;            // Fashion-MNIST's pixel mean and standard deviation (of x/255)
   float std = 0.3530f;
   std::size_t prefetch = 4;  // batches prepared ahead
+  // Augmentation, off by default (then batches are exactly the normalised images). As
+  // torchvision's transforms.RandomCrop(size=(rows, cols), padding=random_crop_padding) followed by
+  // RandomHorizontalFlip(p=0.5), applied to the raw image before ToTensor/Normalize: the image is
+  // padded on every side with pixels of value 0 (so a padded pixel normalises to -mean/std, as in
+  // torchvision, not to 0), a rows x cols window is cut at an offset drawn uniformly from
+  // [0, 2 * padding] in each direction, and then mirrored left-right with probability 1/2.
+  // Each sample's draws are a pure function of (seed, epoch, the sample's index in the dataset),
+  // so a resumed run repeats them and the shuffle order does not change them.
+  std::int64_t random_crop_padding = 0;  // 0: no crop; must be in [0, 2^20]
+  bool random_horizontal_flip = false;
 };
 
+// The augmentation of one sample: the crop offset (padded-image coordinates minus the padding,
+// each in [-padding, padding]) and whether it is mirrored. Output pixel (r, c) is the source pixel
+// (r + dy, c' + dx), with c' = cols - 1 - c when flipped and c otherwise, or a pixel of value 0
+// (before normalisation) when that lies outside the image. With an option off, its draw is still
+// made (so turning one on does not change the other's draws) but not applied: dy = dx = 0 or
+// flip = false. augment_draw is the loader's draw for |sample| (the index in the dataset) in
+// |epoch|; a pure function of options.seed, random_crop_padding (taken as clamped to [0, 2^20])
+// and random_horizontal_flip, epoch and sample. Never throws.
+struct AugmentDraw {
+  std::int64_t dy = 0, dx = 0;
+  bool flip = false;
+};
+AugmentDraw augment_draw(const LoaderOptions& options, std::int64_t epoch, std::int64_t sample);
+
 // Iterates a dataset in batches. begin_epoch(e) starts a background thread that gathers, in the
-// order permutation(size, derive_seed(seed, e)), and normalises up to |prefetch| batches ahead;
-// next() hands them over in order. One consumer thread; the dataset must outlive the loader and
-// keep its sizes (each epoch's worker checks them again). An exception on the worker (a dataset
-// that changed, std::bad_alloc) never terminates the process: the worker stops, and next()
-// rethrows it on the consumer thread once the batches made before it are handed over, and again
-// on every later call until begin_epoch. Stopping (begin_epoch, the destructor) never waits on a
-// worker that failed.
+// order permutation(size, derive_seed(seed, e)), augments (when asked) and normalises up to
+// |prefetch| batches ahead; next() hands them over in order. One consumer thread; the dataset must
+// outlive the loader and keep its sizes (each epoch's worker checks them again). An exception on
+// the worker (a dataset that changed, std::bad_alloc) never terminates the process: the worker
+// stops, and next() rethrows it on the consumer thread once the batches made before it are handed
+// over, and again on every later call until begin_epoch. Stopping (begin_epoch, the destructor)
+// never waits on a worker that failed.
 class BatchLoader {
  public:
-  // Throws InvalidArgument for a batch size that is not positive, a std that is not positive, or
-  // a dataset whose images and labels do not hold size * rows * cols and size bytes.
+  // Throws InvalidArgument for a batch size that is not positive, a std that is not positive, a
+  // random_crop_padding outside [0, 2^20], or a dataset whose images and labels do not hold size *
+  // rows * cols and size bytes.
   BatchLoader(const Dataset& data, LoaderOptions options);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
@@ -97,7 +123,7 @@ class BatchLoader {
 
  private:
   void stop();
-  void produce(std::vector<std::int64_t> order);
+  void produce(std::vector<std::int64_t> order, std::int64_t epoch);
   void check_dataset() const;
 
   const Dataset& data_;
