@@ -1,6 +1,7 @@
+// Linear, Conv2d, BatchNorm2d, LayerNorm and Embedding (layers_basic.cpp has the parameterless
+// layers, layers_attention.cpp the attention modules).
 #include "tessera/train/layers.h"
 
-#include <atomic>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -11,28 +12,11 @@
 
 namespace tessera::train {
 
-std::vector<NamedParameter> Module::named_parameters() {
-  std::vector<NamedParameter> out;
-  collect_parameters("", out);
-  return out;
-}
-
-std::int64_t Module::num_parameters() {
-  std::int64_t n = 0;
-  for (const NamedParameter& p : named_parameters()) n += p.variable->value().numel();
-  return n;
-}
-
-void Module::to(Device& device) {
-  for (const NamedParameter& p : named_parameters()) {
-    p.variable->set_value(p.variable->value().to(device));
-    p.variable->zero_grad();
-  }
-}
-
-void Module::collect_parameters(const std::string&, std::vector<NamedParameter>&) {}
-
 namespace {
+
+Generator& pick(Generator* gen) {
+  return gen ? *gen : default_init_generator();
+}
 
 // Weight and bias for a layer of |shape| ([out, in, ...]) as |init| says.
 std::pair<Tensor, Tensor> init_weights(const Shape& shape, Init init, bool with_bias,
@@ -70,144 +54,188 @@ std::pair<Tensor, Tensor> init_weights(const Shape& shape, Init init, bool with_
   return {w, b};
 }
 
-void add_param(const std::string& prefix, const char* name, Variable& v,
-               std::vector<NamedParameter>& out) {
-  if (v.defined()) out.push_back({prefix + name, &v});
+const char* py_bool(bool b) {
+  return b ? "True" : "False";
 }
 
 }  // namespace
 
-Linear::Linear(std::int64_t in_features, std::int64_t out_features, Generator& gen, bool with_bias,
-               Init init)
+// --- Linear ---
+
+Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bias, Init init,
+               Generator* gen)
     : in_(in_features), out_(out_features) {
   if (in_features <= 0 || out_features <= 0)
     throw InvalidArgument(
         fmt::format("Linear({}, {}): sizes must be positive", in_features, out_features));
-  auto [w, b] = init_weights(Shape{out_features, in_features}, init, with_bias, gen);
-  weight = Variable(w, true);
-  if (b.defined()) bias = Variable(b, true);
+  auto [w, b] = init_weights(Shape{out_features, in_features}, init, with_bias, pick(gen));
+  weight = register_parameter("weight", w);
+  bias = register_parameter("bias", b);
 }
 
 Variable Linear::forward(const Variable& x) {
-  if (x.shape().rank() != 2 || x.shape()[1] != in_)
+  const Shape& s = x.shape();
+  if (s.rank() < 1 || s[s.rank() - 1] != in_)
     throw InvalidArgument(
-        fmt::format("{}: expects input [N, {}], got {}", describe(), in_, x.shape().str()));
-  return linear(x, weight, bias);
+        fmt::format("{}: expects input [..., {}], got {}", describe(), in_, s.str()));
+  if (s.rank() == 2) return linear(x, weight, bias);
+  Shape out = s;
+  out[s.rank() - 1] = out_;
+  return reshape(linear(reshape(x, Shape{-1, in_}), weight, bias), out);
 }
 
-std::string Linear::describe() const {
-  return fmt::format("Linear(in_features={}, out_features={}, bias={})", in_, out_, bias.defined());
+std::string Linear::extra_repr() const {
+  return fmt::format("in_features={}, out_features={}, bias={}", in_, out_,
+                     py_bool(bias.defined()));
 }
 
-void Linear::collect_parameters(const std::string& prefix, std::vector<NamedParameter>& out) {
-  add_param(prefix, "weight", weight, out);
-  add_param(prefix, "bias", bias, out);
-}
+// --- Conv2d ---
 
 Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size,
-               Generator& gen, int stride, int padding, bool with_bias, Init init)
-    : attrs_{stride, stride, padding, padding} {
-  if (in_channels <= 0 || out_channels <= 0 || kernel_size <= 0 || stride <= 0 || padding < 0)
+               int stride, int padding, int dilation, int groups, bool with_bias, Init init,
+               Generator* gen)
+    : in_(in_channels), out_(out_channels), k_(kernel_size), attrs_{stride,  stride,   padding,
+                                                                    padding, dilation, dilation,
+                                                                    groups} {
+  if (in_channels <= 0 || out_channels <= 0 || kernel_size <= 0 || stride <= 0 || padding < 0 ||
+      dilation <= 0 || groups <= 0 || in_channels % groups != 0 || out_channels % groups != 0)
     throw InvalidArgument(fmt::format(
-        "Conv2d({}, {}, kernel_size={}, stride={}, padding={}): sizes and stride must be "
-        "positive, padding non-negative",
-        in_channels, out_channels, kernel_size, stride, padding));
-  auto [w, b] = init_weights(Shape{out_channels, in_channels, kernel_size, kernel_size}, init,
-                             with_bias, gen);
-  weight = Variable(w, true);
-  if (b.defined()) bias = Variable(b, true);
+        "Conv2d({}, {}, kernel_size={}, stride={}, padding={}, dilation={}, groups={}): sizes, "
+        "stride, dilation and groups must be positive, padding non-negative, and groups must "
+        "divide both channel counts",
+        in_channels, out_channels, kernel_size, stride, padding, dilation, groups));
+  auto [w, b] = init_weights(Shape{out_channels, in_channels / groups, kernel_size, kernel_size},
+                             init, with_bias, pick(gen));
+  weight = register_parameter("weight", w);
+  bias = register_parameter("bias", b);
 }
 
 Variable Conv2d::forward(const Variable& x) {
   Variable y = conv2d(x, weight, attrs_);
-  if (bias.defined()) y = add(y, reshape(bias, Shape{1, bias.shape()[0], 1, 1}));
+  if (bias.defined()) y = add(y, reshape(bias, Shape{1, out_, 1, 1}));
   return y;
 }
 
-std::string Conv2d::describe() const {
-  const Shape& w = weight.shape();
-  return fmt::format("Conv2d({}, {}, kernel_size={}x{}, stride={}, padding={}, bias={})", w[1],
-                     w[0], w[2], w[3], attrs_.stride_h, attrs_.pad_h, bias.defined());
+std::string Conv2d::extra_repr() const {
+  std::string s = fmt::format("{}, {}, kernel_size=({}, {}), stride=({}, {})", in_, out_, k_, k_,
+                              attrs_.stride_h, attrs_.stride_w);
+  if (attrs_.pad_h != 0) s += fmt::format(", padding=({}, {})", attrs_.pad_h, attrs_.pad_w);
+  if (attrs_.dilation_h != 1)
+    s += fmt::format(", dilation=({}, {})", attrs_.dilation_h, attrs_.dilation_w);
+  if (attrs_.groups != 1) s += fmt::format(", groups={}", attrs_.groups);
+  if (!bias.defined()) s += ", bias=False";
+  return s;
 }
 
-void Conv2d::collect_parameters(const std::string& prefix, std::vector<NamedParameter>& out) {
-  add_param(prefix, "weight", weight, out);
-  add_param(prefix, "bias", bias, out);
-}
+// --- BatchNorm2d ---
 
-MaxPool2d::MaxPool2d(int kernel_size, int stride) {
-  if (kernel_size <= 0 || stride < 0)
-    throw InvalidArgument(
-        fmt::format("MaxPool2d({}, stride={}): sizes must be positive", kernel_size, stride));
-  const int s = stride == 0 ? kernel_size : stride;
-  attrs_ = Pool2dAttrs{kernel_size, kernel_size, s, s};
-}
-
-std::string MaxPool2d::describe() const {
-  return fmt::format("MaxPool2d(kernel_size={}, stride={})", attrs_.kernel_h, attrs_.stride_h);
-}
-
-Variable Flatten::forward(const Variable& x) {
-  if (x.shape().rank() < 1) throw InvalidArgument("Flatten: expects at least one dimension");
-  return reshape(x, Shape{x.shape()[0], -1});
+BatchNorm2d::BatchNorm2d(std::int64_t num_features, double eps, double momentum, bool affine,
+                         bool track_running_stats)
+    : c_(num_features),
+      eps_(eps),
+      momentum_(momentum),
+      affine_(affine),
+      track_(track_running_stats) {
+  if (num_features <= 0 || !(eps > 0) || !(momentum >= 0 && momentum <= 1))
+    throw InvalidArgument(fmt::format(
+        "BatchNorm2d({}, eps={}, momentum={}): num_features and eps must be positive, momentum "
+        "in [0, 1]",
+        num_features, eps, momentum));
+  const Shape s{num_features};
+  weight = register_parameter("weight", affine ? Tensor::full(s, 1.0) : Tensor());
+  bias = register_parameter("bias", affine ? Tensor::full(s, 0.0) : Tensor());
+  running_mean_ = &register_buffer("running_mean", track_ ? Tensor::full(s, 0.0) : Tensor());
+  running_var_ = &register_buffer("running_var", track_ ? Tensor::full(s, 1.0) : Tensor());
+  num_batches_tracked_ = &register_buffer(
+      "num_batches_tracked", track_ ? Tensor::full(Shape{}, 0.0, DType::i64) : Tensor());
 }
 
 namespace {
-std::atomic<std::uint64_t> g_next_stream{0};
-thread_local std::uint64_t g_dropout_seed = 0;
-thread_local std::uint64_t g_dropout_step = 0;
+// |count| + 1 as a new i64 scalar on its device. The kernels add f32 only, so the value goes
+// through the host: read once when it is not the tensor written last (after to() or a load),
+// then counted here, so a training step never waits for the device.
+Tensor incremented(const Tensor& count, Tensor& last_written, std::int64_t& host_count) {
+  if (!last_written.defined() || !count.shares_storage(last_written))
+    host_count = count.to_vector<std::int64_t>().at(0);
+  ++host_count;
+  last_written =
+      Tensor::from_bytes(&host_count, sizeof host_count, Shape{}, DType::i64, &count.device());
+  return last_written;
+}
 }  // namespace
 
-void set_dropout_step(std::uint64_t seed, std::uint64_t step) {
-  g_dropout_seed = seed;
-  g_dropout_step = step;
+Variable BatchNorm2d::forward(const Variable& x) {
+  const Shape& s = x.shape();
+  if (s.rank() != 4 || s[1] != c_)
+    throw InvalidArgument(
+        fmt::format("{}: expects input [N, {}, H, W], got {}", describe(), c_, s.str()));
+  if (training_ && track_)
+    *num_batches_tracked_ = incremented(*num_batches_tracked_, last_count_, host_count_);
+  return batch_norm(x, weight, bias, *running_mean_, *running_var_, training_ || !track_, momentum_,
+                    eps_);
 }
 
-Dropout::Dropout(float p, std::int64_t stream)
-    : p_(p), stream_(stream >= 0 ? static_cast<std::uint64_t>(stream) : g_next_stream++) {
-  if (!(p >= 0 && p < 1))
-    throw InvalidArgument(fmt::format("Dropout(p={}): p must be in [0, 1)", p));
+std::string BatchNorm2d::extra_repr() const {
+  return fmt::format("{}, eps={}, momentum={}, affine={}, track_running_stats={}", c_, eps_,
+                     momentum_, py_bool(affine_), py_bool(track_));
 }
 
-Variable Dropout::forward(const Variable& x) {
-  if (!training_ || p_ == 0) return x;
-  const std::uint64_t seed =
-      derive_seed(derive_seed(g_dropout_seed, g_dropout_step), stream_ + 0x5eed);
-  return dropout(x, p_, seed);
+// --- LayerNorm ---
+
+LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine, bool with_bias)
+    : shape_(std::move(normalized_shape)), eps_(eps), affine_(elementwise_affine) {
+  bool ok = shape_.rank() > 0 && eps > 0;
+  for (int i = 0; i < shape_.rank(); ++i) ok = ok && shape_[i] > 0;
+  if (!ok)
+    throw InvalidArgument(fmt::format(
+        "LayerNorm({}, eps={}): normalized_shape must be non-empty and positive, eps positive",
+        shape_.str(), eps));
+  weight = register_parameter("weight", affine_ ? Tensor::full(shape_, 1.0) : Tensor());
+  bias = register_parameter("bias", affine_ && with_bias ? Tensor::full(shape_, 0.0) : Tensor());
 }
 
-std::string Dropout::describe() const {
-  return fmt::format("Dropout(p={})", p_);
+Variable LayerNorm::forward(const Variable& x) {
+  return layer_norm(x, shape_, weight, bias, eps_);
 }
 
-Sequential& Sequential::add(std::unique_ptr<Module> m) {
-  if (!m) throw InvalidArgument("Sequential::add: null module");
-  m->train(training_);
-  children_.push_back(std::move(m));
-  return *this;
+std::string LayerNorm::extra_repr() const {
+  std::string dims;
+  for (int i = 0; i < shape_.rank(); ++i) dims += fmt::format("{}{}", i ? ", " : "", shape_[i]);
+  if (shape_.rank() == 1) dims += ",";
+  return fmt::format("({}), eps={}, elementwise_affine={}", dims, eps_, py_bool(affine_));
 }
 
-Variable Sequential::forward(const Variable& x) {
-  Variable y = x;
-  for (auto& c : children_) y = c->forward(y);
-  return y;
+// --- Embedding ---
+
+Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim,
+                     std::optional<std::int64_t> padding_idx, Generator* gen)
+    : num_(num_embeddings), dim_(embedding_dim) {
+  if (num_embeddings <= 0 || embedding_dim <= 0)
+    throw InvalidArgument(
+        fmt::format("Embedding({}, {}): sizes must be positive", num_embeddings, embedding_dim));
+  if (padding_idx) {
+    if (*padding_idx < -num_embeddings || *padding_idx >= num_embeddings)
+      throw InvalidArgument(fmt::format(
+          "Embedding({}, {}, padding_idx={}): padding_idx must be in [{}, {})", num_embeddings,
+          embedding_dim, *padding_idx, -num_embeddings, num_embeddings));
+    padding_idx_ = *padding_idx < 0 ? *padding_idx + num_embeddings : *padding_idx;
+  }
+  Tensor w = init::normal(Shape{num_, dim_}, 0.0f, 1.0f, pick(gen));
+  if (padding_idx_) {
+    Tensor row = w.select(0, *padding_idx_);
+    fill_(row, 0.0);
+  }
+  weight = register_parameter("weight", w);
 }
 
-std::string Sequential::describe() const {
-  std::string s = "Sequential(\n";
-  for (std::size_t i = 0; i < children_.size(); ++i)
-    s += fmt::format("  ({}): {}\n", i, children_[i]->describe());
-  return s + ")";
+Variable Embedding::forward(const Tensor& indices) {
+  return embedding(weight, indices, padding_idx_);
 }
 
-void Sequential::train(bool on) {
-  training_ = on;
-  for (auto& c : children_) c->train(on);
-}
-
-void Sequential::collect_parameters(const std::string& prefix, std::vector<NamedParameter>& out) {
-  for (std::size_t i = 0; i < children_.size(); ++i)
-    children_[i]->collect_parameters(fmt::format("{}{}.", prefix, i), out);
+std::string Embedding::extra_repr() const {
+  std::string s = fmt::format("{}, {}", num_, dim_);
+  if (padding_idx_) s += fmt::format(", padding_idx={}", *padding_idx_);
+  return s;
 }
 
 }  // namespace tessera::train

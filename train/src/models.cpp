@@ -6,8 +6,8 @@
 
 namespace tessera::train {
 
-std::unique_ptr<Sequential> make_mlp(Generator& gen) {
-  auto m = std::make_unique<Sequential>();
+std::shared_ptr<Sequential> make_mlp(Generator& gen) {
+  auto m = std::make_shared<Sequential>();
   m->emplace<Flatten>()
       .emplace<Linear>(784, 512, gen)
       .emplace<ReLU>()
@@ -17,8 +17,8 @@ std::unique_ptr<Sequential> make_mlp(Generator& gen) {
   return m;
 }
 
-std::unique_ptr<Sequential> make_cnn(Generator& gen) {
-  auto m = std::make_unique<Sequential>();
+std::shared_ptr<Sequential> make_cnn(Generator& gen) {
+  auto m = std::make_shared<Sequential>();
   m->emplace<Conv2d>(1, 32, 3, gen)
       .emplace<ReLU>()
       .emplace<MaxPool2d>(2)
@@ -32,7 +32,7 @@ std::unique_ptr<Sequential> make_cnn(Generator& gen) {
   return m;
 }
 
-std::unique_ptr<Sequential> make_model(const std::string& name, Generator& gen) {
+std::shared_ptr<Sequential> make_model(const std::string& name, Generator& gen) {
   if (name == "mlp") return make_mlp(gen);
   if (name == "cnn") return make_cnn(gen);
   throw ConfigError(fmt::format("unknown model '{}'; use mlp or cnn", name));

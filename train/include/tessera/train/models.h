@@ -9,11 +9,11 @@
 namespace tessera::train {
 
 // Flatten, Linear 784-512, ReLU, Linear 512-512, ReLU, Linear 512-10.
-std::unique_ptr<Sequential> make_mlp(Generator& gen);
+std::shared_ptr<Sequential> make_mlp(Generator& gen);
 // Conv 3x3 1->32, ReLU, MaxPool 2, Conv 3x3 32->64, ReLU, MaxPool 2, Flatten, Linear 1600-128,
 // ReLU, Linear 128-10 (no padding: 28 -> 26 -> 13 -> 11 -> 5).
-std::unique_ptr<Sequential> make_cnn(Generator& gen);
+std::shared_ptr<Sequential> make_cnn(Generator& gen);
 // "mlp" or "cnn"; throws ConfigError for another name.
-std::unique_ptr<Sequential> make_model(const std::string& name, Generator& gen);
+std::shared_ptr<Sequential> make_model(const std::string& name, Generator& gen);
 
 }  // namespace tessera::train
