@@ -141,12 +141,9 @@ std::string inconsistency(const TrainingProgress& p) {
   return {};
 }
 
-// The module's tensors in state_dict order: parameters, then buffers.
-std::vector<std::pair<std::string, Tensor>> model_tensors(Module& model) {
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (const NamedParameter& p : model.named_parameters())
-    out.emplace_back(p.name, p.variable->value());
-  return out;
+// The module's tensors in state_dict order (parameters and buffers).
+StateDict model_tensors(Module& model) {
+  return model.state_dict();
 }
 
 }  // namespace
@@ -334,7 +331,10 @@ TrainingProgress load_checkpoint(const fs::path& path, Module& model, Optimizer&
       throw InvalidArgument(fmt::format("{}: scheduler: {}", path.string(), e.what()));
     }
   }
-  detail::load_model_tensors(model, by_name);
+  StateDict state;
+  for (const auto& [name, t] : mine) state.emplace_back(name, by_name.at(name));
+  model.load_state_dict(state);  // checked above: names, dtypes and shapes all match
+  model.zero_grad();
   return progress;
 }
 

@@ -10,7 +10,7 @@
 #include "tessera/errors.h"
 #include "tessera/log.h"
 #include "tessera/train/callbacks.h"
-#include "tessera/train/safetensors.h"
+#include "tessera/train/serialize.h"
 
 namespace tessera::train {
 
@@ -222,13 +222,8 @@ void ModelCheckpoint::save(Trainer& t) {
     std::error_code ec;
     if (!(t.resumed() && detail::same_file(f, t.resumed_from()))) fs::remove(f, ec);
   }
-  if (new_best && !options_.best_weights.empty()) {
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    for (const NamedParameter& np : t.module().named_parameters())
-      tensors.emplace_back(np.name, np.variable->value());
-    save_safetensors(options_.dirpath / options_.best_weights, tensors,
-                     {{"format", "pt"}, {"step", std::to_string(p.global_step)}});
-  }
+  if (new_best && !options_.best_weights.empty())
+    train::save(t.module(), options_.dirpath / options_.best_weights);
 }
 
 std::map<std::string, std::string> ModelCheckpoint::state_dict() const {

@@ -28,16 +28,20 @@ void require_batch(const TensorBatch& batch, const char* step) {
 ImageClassifier::ImageClassifier(std::shared_ptr<Module> net, Configure configure)
     : net_(std::move(net)), configure_(std::move(configure)) {
   if (!net_) throw InvalidArgument("ImageClassifier: the network is null");
+  const auto own_parameters = net_->named_parameters(false);
+  const auto own_buffers = net_->named_buffers(false);
+  if (!own_parameters.empty() || !own_buffers.empty())
+    throw InvalidArgument(fmt::format(
+        "ImageClassifier: the network {} has parameters or buffers of its own ('{}'), not in a "
+        "child module; register them in a child module",
+        net_->name(),
+        own_parameters.empty() ? own_buffers.front().name : own_parameters.front().name));
+  for (auto& [name, child] : net_->named_children()) register_module(name, child);
 }
 
 void ImageClassifier::train(bool on) {
   LightningModule::train(on);
   net_->train(on);
-}
-
-void ImageClassifier::collect_parameters(const std::string& prefix,
-                                         std::vector<NamedParameter>& out) {
-  net_->collect_parameters(prefix, out);
 }
 
 Variable ImageClassifier::training_step(const TensorBatch& batch, std::int64_t) {

@@ -22,11 +22,4 @@ std::map<std::string, std::string> scheduler_state(const LRScheduler&) {
 
 void load_scheduler_state(LRScheduler&, const std::map<std::string, std::string>&) {}
 
-void load_model_tensors(Module& model, const std::map<std::string, Tensor>& tensors) {
-  for (const NamedParameter& p : model.named_parameters()) {
-    p.variable->set_value(tensors.at(p.name));
-    p.variable->zero_grad();
-  }
-}
-
 }  // namespace tessera::train::detail

@@ -16,8 +16,5 @@ void scheduler_step(LRScheduler& scheduler);
 std::map<std::string, std::string> scheduler_state(const LRScheduler& scheduler);
 // Throws InvalidArgument (changing nothing) for state the scheduler refuses.
 void load_scheduler_state(LRScheduler& scheduler, const std::map<std::string, std::string>& state);
-// Sets the module's parameters (and buffers) to |tensors| (already checked: every name, dtype
-// and shape matches); gradients are dropped.
-void load_model_tensors(Module& model, const std::map<std::string, Tensor>& tensors);
 }  // namespace detail
 }  // namespace tessera::train

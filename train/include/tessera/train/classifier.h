@@ -16,16 +16,17 @@ class ImageClassifier : public LightningModule {
   // configure_optimizers.
   using Configure = std::function<OptimizerConfig(Module& net)>;
 
-  // Wraps |net| (logits [B, classes] from images [B, C, H, W]); its parameters keep their own
-  // names (the classifier adds no prefix), so checkpoints and weights files load into |net| (or
-  // its PyTorch twin) as they are. |configure| null: Adam with lr 1e-3 (torch.optim.Adam's
-  // defaults). Throws InvalidArgument when |net| is null.
+  // Wraps |net| (logits [B, classes] from images [B, C, H, W]). The classifier registers the
+  // network's children as its own, under their names, so that its state_dict is the network's
+  // (no "net." prefix: checkpoints and weights files load into |net|, or its PyTorch twin, as
+  // they are). |configure| null: Adam with lr 1e-3 (torch.optim.Adam's defaults). Throws
+  // InvalidArgument when |net| is null or holds parameters or buffers of its own (not in a child
+  // module): wrap those in a module of their own.
   explicit ImageClassifier(std::shared_ptr<Module> net, Configure configure = nullptr);
 
   Variable forward(const Variable& x) override { return (*net_)(x); }
   std::string describe() const override { return net_->describe(); }
   void train(bool on = true) override;
-  void collect_parameters(const std::string& prefix, std::vector<NamedParameter>& out) override;
 
   // Batch: x [B, C, H, W] f32, y [B] i32 (ImageDataLoader's). Returns the cross-entropy and
   // logs train_loss and train_acc (epoch means, on the progress bar).
