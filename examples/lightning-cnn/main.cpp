@@ -57,8 +57,9 @@ struct ResidualCnn : LightningModule {
   void validation_step(const TensorBatch& batch, std::int64_t) override {
     const Variable logits = forward(Variable(batch[0]));
     log("val_loss", loss(logits, batch[1]));
-    const Tensor hits = tessera::eq(tessera::cast(tessera::argmax(logits.value(), 1), tessera::DType::f32),
-                                    tessera::cast(batch[1], tessera::DType::f32));
+    const Tensor hits =
+        tessera::eq(tessera::cast(tessera::argmax(logits.value(), 1), tessera::DType::f32),
+                    tessera::cast(batch[1], tessera::DType::f32));
     log("val_acc", tessera::mean(tessera::cast(hits, tessera::DType::f32), 0));
   }
   OptimizerConfig configure_optimizers() override {
@@ -130,7 +131,8 @@ int predict(const std::string& out) {
   tessera::Device& device = tessera::default_device();
   model.to(device);
   const Variable logits = model(Variable(batch[0].to(device)));
-  const std::vector<std::int32_t> predicted = tessera::argmax(logits.value(), 1).to_vector<std::int32_t>();
+  const std::vector<std::int32_t> predicted =
+      tessera::argmax(logits.value(), 1).to_vector<std::int32_t>();
   const std::vector<std::int32_t> labels = batch[1].to_vector<std::int32_t>();
   int right = 0;
   for (std::size_t i = 0; i < labels.size(); ++i) right += predicted[i] == labels[i];

@@ -107,7 +107,8 @@ struct WeightedRegression : LightningModule {
     const Variable d = sub(forward(Variable(batch[0])), Variable(batch[1]));
     log("val_loss", mean(mul(d, d), std::vector<int>{0, 1}));
     if (!scores.empty()) {
-      const auto e = static_cast<std::size_t>(std::max<std::int64_t>(trainer()->current_epoch(), 1));
+      const auto e =
+          static_cast<std::size_t>(std::max<std::int64_t>(trainer()->current_epoch(), 1));
       log("score", scores[std::min(e, scores.size()) - 1]);
     }
   }
@@ -210,7 +211,7 @@ TEST(TrainerLoop, MaxStepsStopsWithinAnEpoch) {
 
 TEST(TrainerLoop, AccumulatedBatchesEqualOneLargeBatch) {
   const std::vector<Tensor> data = regression_data(32, 3);
-  auto run = [&](std::int64_t batch, std::int64_t accumulate) {
+  auto run = [&](std::int64_t batch, std::int64_t accumulate, std::int64_t steps = 3) {
     TensorLoader train(data, batch);
     WeightedRegression m(sgd(0.1), 7);
     TrainerOptions o = quiet_options();
@@ -218,13 +219,13 @@ TEST(TrainerLoop, AccumulatedBatchesEqualOneLargeBatch) {
     o.accumulate_grad_batches = accumulate;
     Trainer t(o);
     t.fit(m, train);
-    EXPECT_EQ(t.global_step(), 3);
+    EXPECT_EQ(t.global_step(), steps);
     return flat_weights(m);
   };
   const std::vector<float> one = run(32, 1), four = run(8, 4);
   EXPECT_LT(normalised_error(four, one), 1e-5);
   // Without the 1/k scaling the step would be four times larger.
-  EXPECT_GT(normalised_error(run(8, 1), one), 1e-3);
+  EXPECT_GT(normalised_error(run(8, 1, 12), one), 1e-3);
 }
 
 TEST(TrainerLoop, GradientClippingTakesEffect) {
@@ -285,8 +286,8 @@ TEST(TrainerLoop, SchedulerStepsPerStepOrPerEpoch) {
   // The CSV's lr is the one the epoch trained with.
   ASSERT_EQ(epoch_csv.size(), 3u);
   EXPECT_EQ(epoch_csv[0].substr(0, 14), "epoch,step,lr,");
-  EXPECT_EQ(epoch_csv[1].substr(0, 9), "1,5,0.1,");
-  EXPECT_EQ(epoch_csv[2].substr(0, 11), "2,10,0.05,");
+  EXPECT_TRUE(epoch_csv[1].starts_with("1,5,0.1,")) << epoch_csv[1];
+  EXPECT_TRUE(epoch_csv[2].starts_with("2,10,0.05,")) << epoch_csv[2];
 }
 
 TEST(TrainerLoop, ValCheckIntervalCounts) {
@@ -447,8 +448,7 @@ TEST(TrainerLoop, CsvHasTheLrAndEveryLoggedMetric) {
   Trainer(o).fit(m, train, &val);
   const auto lines = csv_lines(dir / "m.csv");
   ASSERT_EQ(lines.size(), 5u) << fmt::format("{}", fmt::join(lines, "\n"));  // 2 validations/epoch
-  EXPECT_EQ(lines[0],
-            "epoch,step,lr,both_epoch,score,val_loss,seconds,samples_per_second");
+  EXPECT_EQ(lines[0], "epoch,step,lr,both_epoch,score,val_loss,seconds,samples_per_second");
   EXPECT_EQ(lines[1].substr(0, 11), "1,2,0.01,,1");  // a validation within the epoch
   EXPECT_EQ(lines[4].substr(0, 8), "2,8,0.01");
   fs::remove_all(dir);
@@ -522,9 +522,16 @@ TEST(TrainerLoop, ResumesBitIdenticallyWithinAnEpochWithSchedulerAndBatchNorm) {
   EXPECT_EQ(a.lr_scheduler()->last_epoch(), 16);
   EXPECT_EQ(b.lr_scheduler()->last_epoch(), 16);
   EXPECT_EQ(a.optimizer().state().values, b.optimizer().state().values);
-  ASSERT_EQ(a.progress().history.size(), b.progress().history.size());
-  for (std::size_t i = 0; i < a.progress().history.size(); ++i)
-    EXPECT_EQ(a.progress().history[i].metrics, b.progress().history[i].metrics) << "row " << i;
+  // The history is the straight run's, plus the row of the interrupted run's stop at step 5
+  // (where it validated and wrote the checkpoint).
+  std::vector<MetricsRow> rows = b.progress().history;
+  std::erase_if(rows, [](const MetricsRow& r) { return r.step == 5; });
+  ASSERT_EQ(rows.size(), a.progress().history.size());
+  EXPECT_EQ(b.progress().history.size(), rows.size() + 1);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].step, a.progress().history[i].step);
+    EXPECT_EQ(rows[i].metrics, a.progress().history[i].metrics) << "row " << i;
+  }
 
   // A run without the scheduler can not resume from it (and changes nothing).
   NormNet other([](Module& m) {
@@ -594,8 +601,9 @@ TEST(TrainerLoop, BadOptionsNameTheOptionAndTheValidRange) {
     c.interval = "batch";
     return c;
   });
-  EXPECT_NE(error_of<ConfigError>([&] { Trainer(quiet_options()).fit(batchwise, train); })
-                .find("interval='batch' is not valid: pass 'step' or 'epoch'"),
+  EXPECT_NE(error_of<ConfigError>([&] {
+              Trainer(quiet_options()).fit(batchwise, train);
+            }).find("interval='batch' is not valid: pass 'step' or 'epoch'"),
             std::string::npos);
   struct Detached : WeightedRegression {
     using WeightedRegression::WeightedRegression;
@@ -603,7 +611,8 @@ TEST(TrainerLoop, BadOptionsNameTheOptionAndTheValidRange) {
       return Variable(mean(b[1], std::vector<int>{0, 1}));
     }
   } detached(sgd(0.1));
-  EXPECT_NE(error_of<InvalidArgument>([&] { Trainer(quiet_options()).fit(detached, train); })
-                .find("that requires no grad"),
+  EXPECT_NE(error_of<InvalidArgument>([&] {
+              Trainer(quiet_options()).fit(detached, train);
+            }).find("that requires no grad"),
             std::string::npos);
 }

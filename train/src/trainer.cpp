@@ -166,7 +166,11 @@ double Trainer::monitored(const std::string& monitor, const std::string& who) co
 }
 
 void Trainer::save_checkpoint(const std::filesystem::path& path) const {
-  train::save_checkpoint(path, *module_, *config_.optimizer, progress_, config_.lr_scheduler.get());
+  TrainingProgress p = progress_;
+  p.callbacks.clear();
+  for (const auto& cb : options_.callbacks)
+    if (const std::string key = cb->state_key(); !key.empty()) p.callbacks[key] = cb->state_dict();
+  train::save_checkpoint(path, *module_, *config_.optimizer, p, config_.lr_scheduler.get());
 }
 
 void Trainer::record_row(MetricsRow row) {
