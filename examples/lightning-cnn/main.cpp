@@ -104,14 +104,15 @@ int train(const std::string& out, std::int64_t batches) {
   options.limit_val_batches = batches;
   options.val_check_interval = 0.5;  // validate twice an epoch
   options.gradient_clip_val = 1.0;
-  options.callbacks = {std::make_shared<ModelCheckpoint>(best),
-                       std::make_shared<EarlyStopping>(early),
+  auto checkpoint = std::make_shared<ModelCheckpoint>(best);
+  options.callbacks = {checkpoint, std::make_shared<EarlyStopping>(early),
                        std::make_shared<CsvLogger>(out + "/metrics.csv")};
   Trainer trainer(options);
   tessera::train::seed_everything(0);
   ResidualCnn model;
   trainer.fit(model, train_loader, &val_loader);
-  std::printf("best val_acc %.4f\n", trainer.callback_metrics().at("val_acc"));
+  std::printf("best val_acc %.4f (%s)\n", checkpoint->best_model_score(),
+              checkpoint->best_model_path().c_str());
   return 0;
 }
 

@@ -353,3 +353,21 @@ TEST(TesseraTrain, ReadmeTrainerExampleShowsProgress) {
   EXPECT_NE(r.out.find("epoch 1: train_acc "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" val_loss "), std::string::npos) << r.out;
 }
+
+TEST(TesseraTrain, LightningExampleTrainsAndPredictsInANewProcess) {
+  // docs/training.md's LightningModule: a few batches of training with the best weights saved
+  // alone, then a second process loads them for inference on the same 512 test images.
+  const fs::path dir = fresh_dir("lightning-cnn");
+  Result r =
+      run("TESSERA_DEVICE=cpu", fmt::format("{} train {} 4", LIGHTNING_EXAMPLE_BIN, dir.string()));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto best = r.out.find("best val_acc ");
+  ASSERT_NE(best, std::string::npos) << r.out;
+  const std::string accuracy = r.out.substr(best + 13, 6);
+  EXPECT_TRUE(fs::exists(dir / "best.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "metrics.csv"));
+  r = run("TESSERA_DEVICE=cpu", fmt::format("{} predict {}", LIGHTNING_EXAMPLE_BIN, dir.string()));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "predicted 512 images, accuracy " + accuracy + "\n");
+  fs::remove_all(dir);
+}
