@@ -629,13 +629,13 @@ void read_fit_metrics(const fs::path& csv, int epochs, json& side) {
   const auto column = [&](const char* name) {
     return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
   };
-  const std::size_t sec = column("seconds"), acc = column("test_accuracy");
+  const std::size_t sec = column("seconds"), acc = column("val_acc");
   json seconds = json::array(), accuracy = json::array();
   try {
     while (std::getline(in, line)) {
       const auto cells = split(line, ',');
       if (sec >= cells.size() || acc >= cells.size())
-        throw std::invalid_argument("a row without the seconds and test_accuracy columns");
+        throw std::invalid_argument("a row without the seconds and val_acc columns");
       seconds.push_back(std::stod(cells[sec]));
       accuracy.push_back(percent(std::stod(cells[acc])));
     }

@@ -370,6 +370,24 @@ TEST(TrainerLoop, ModelCheckpointKeepsTheTopKAndResumes) {
   fs::remove_all(straight);
   fs::remove_all(resumed);
 
+  // Without monitor: the latest save_top_k; save_last keeps last.safetensors besides.
+  const fs::path latest = temp_dir("topk-latest");
+  {
+    WeightedRegression m(sgd(0.01));
+    ModelCheckpointOptions mo;
+    mo.dirpath = latest;
+    mo.save_top_k = 2;
+    mo.save_last = true;
+    TrainerOptions o = quiet_options();
+    o.max_epochs = 4;
+    o.callbacks = {std::make_shared<ModelCheckpoint>(mo)};
+    Trainer(o).fit(m, train, &val);
+  }
+  EXPECT_EQ(files(latest), (std::set<std::string>{"epoch-0003.safetensors",
+                                                  "epoch-0004.safetensors", "last.safetensors"}));
+  EXPECT_EQ(load_safetensors(latest / "last.safetensors", &cpu()).metadata.at("epoch"), "4");
+  fs::remove_all(latest);
+
   const fs::path maxed = temp_dir("topk-max");
   auto c = fit(maxed, 5, {}, "max");
   EXPECT_EQ(files(maxed), (std::set<std::string>{"ep1-5.0.safetensors", "ep3-4.0.safetensors",
