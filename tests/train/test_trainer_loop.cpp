@@ -633,4 +633,16 @@ TEST(TrainerLoop, BadOptionsNameTheOptionAndTheValidRange) {
               Trainer(quiet_options()).fit(detached, train);
             }).find("that requires no grad"),
             std::string::npos);
+  struct Diverging : WeightedRegression {
+    using WeightedRegression::WeightedRegression;
+    Variable training_step(const TensorBatch& b, std::int64_t i) override {
+      return mul_scalar(WeightedRegression::training_step(b, i), std::nan(""));
+    }
+  } diverging(sgd(0.1));
+  const std::string diverged =
+      error_of<Error>([&] { Trainer(quiet_options()).fit(diverging, train); });
+  EXPECT_NE(diverged.find("the training loss became nan in epoch 1 (step 2); lower the learning "
+                          "rate"),
+            std::string::npos)
+      << diverged;
 }
