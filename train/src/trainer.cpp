@@ -188,7 +188,7 @@ void Trainer::record_row(MetricsRow row) {
 }
 
 void Trainer::run_validation(Fit& fit) {
-  const std::map<std::string, double> m = validate(*module_, *val_);
+  const std::map<std::string, double> m = validation_loop(*module_, *val_);
   for (const auto& [k, v] : m) callback_metrics_[k] = v;
   fit.validated_at_step = progress_.global_step;
   MetricsRow row;
@@ -205,13 +205,17 @@ void Trainer::run_validation(Fit& fit) {
 }
 
 std::map<std::string, double> Trainer::validate(LightningModule& module, DataLoader& data) {
+  DeviceGuard guard(*device_);
+  module.to(*device_);
+  return validation_loop(module, data);
+}
+
+std::map<std::string, double> Trainer::validation_loop(LightningModule& module, DataLoader& data) {
   const std::int64_t batches = limited(data.num_batches(), options_.limit_val_batches);
   if (batches <= 0)
     throw InvalidArgument(
         "validate: the validation loader has no batches: metrics over no samples mean nothing; "
         "pass a loader with samples (or none)");
-  DeviceGuard guard(*device_);
-  module.to(*device_);
   NoGradGuard no_grad;
   ModeGuard mode{module, module.is_training()};
   module.eval();

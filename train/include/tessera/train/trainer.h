@@ -155,6 +155,7 @@ class Trainer {
  private:
   struct Fit;
   void run_validation(Fit& fit);
+  std::map<std::string, double> validation_loop(LightningModule& module, DataLoader& data);
   void end_epoch(Fit& fit, bool completed);
   void record_row(MetricsRow row);
 
