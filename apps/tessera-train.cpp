@@ -1,11 +1,13 @@
 // tessera-train: trains an MLP or a CNN on Fashion-MNIST (or MNIST) on the device TESSERA_DEVICE
-// (or --accelerator) picks, with checkpoints, resume, a CSV of per-epoch metrics and a plot.
+// (or --accelerator) picks, through the Trainer (an ImageClassifier over the network), with
+// checkpoints, resume, a CSV of per-epoch metrics and a plot.
 //
 // Exit status: 0 when training finished, 1 when it failed (the message says why), 2 for a bad
 // command line.
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -25,8 +27,8 @@ struct Args {
   std::string model = "mlp", optimizer = "adam", data = kDefaultFashionMnistDir;
   std::string accelerator = "auto", checkpoint_dir, metrics, plot;
   int epochs = 10, devices = 1;
-  std::int64_t batch_size = 128, limit_train = 0, limit_test = 0;
-  double lr = -1, momentum = 0.9, weight_decay = 0;
+  std::int64_t batch_size = 128, limit_train = 0, limit_test = 0, max_steps = -1, accumulate = 1;
+  double lr = -1, momentum = 0.9, weight_decay = 0, val_every = 1.0, grad_clip = 0;
   std::uint64_t seed = 0;
   bool resume = false, quiet = false;
 };
@@ -34,24 +36,26 @@ struct Args {
 // Counts the epochs a fit trains (none when the checkpoint resumed from reached --epochs).
 struct EpochCounter final : Callback {
   int count = 0;
-  void on_epoch_end(Trainer&, const EpochMetrics&) override { ++count; }
+  void on_train_epoch_end(Trainer&) override { ++count; }
 };
 
-std::unique_ptr<Optimizer> make_optimizer(const Args& a, Module& model) {
+OptimizerConfig make_optimizer(const Args& a, Module& model) {
+  OptimizerConfig c;
   if (a.optimizer == "sgd") {
     SgdOptions o;
     o.lr = static_cast<float>(a.lr > 0 ? a.lr : 0.05);
     o.momentum = static_cast<float>(a.momentum);
     o.weight_decay = static_cast<float>(a.weight_decay);
-    return std::make_unique<SGD>(model.named_parameters(), o);
-  }
-  if (a.optimizer == "adam") {
+    c.optimizer = std::make_shared<SGD>(model.named_parameters(), o);
+  } else if (a.optimizer == "adam") {
     AdamOptions o;
     o.lr = static_cast<float>(a.lr > 0 ? a.lr : 1e-3);
     o.weight_decay = static_cast<float>(a.weight_decay);
-    return std::make_unique<Adam>(model.named_parameters(), o);
+    c.optimizer = std::make_shared<Adam>(model.named_parameters(), o);
+  } else {
+    throw ConfigError(fmt::format("--optimizer {}: use sgd or adam", a.optimizer));
   }
-  throw ConfigError(fmt::format("--optimizer {}: use sgd or adam", a.optimizer));
+  return c;
 }
 
 int run(const Args& a) {
@@ -60,10 +64,13 @@ int run(const Args& a) {
   to.accelerator = a.accelerator;
   to.devices = a.devices;
   to.max_epochs = a.epochs;
-  to.batch_size = a.batch_size;
+  to.max_steps = a.max_steps;
   to.seed = a.seed;
   to.limit_train_batches = a.limit_train;
-  to.limit_test_batches = a.limit_test;
+  to.limit_val_batches = a.limit_test;
+  to.val_check_interval = a.val_every;
+  to.gradient_clip_val = a.grad_clip;
+  to.accumulate_grad_batches = a.accumulate;
   to.enable_progress_bar = !a.quiet;
 
   std::filesystem::path resume_from;
@@ -90,29 +97,48 @@ int run(const Args& a) {
   const Dataset train_set = load_mnist_split(a.data, "train");
   const Dataset test_set = load_mnist_split(a.data, "t10k");
 
+  LoaderOptions lo;
+  lo.batch_size = a.batch_size;
+  lo.seed = a.seed;
+  ImageDataLoader train_loader(train_set, lo);
+  lo.shuffle = false;
+  ImageDataLoader test_loader(test_set, lo);
+
   Generator gen(derive_seed(a.seed, 0x1417));
-  std::shared_ptr<Sequential> model;
+  std::shared_ptr<Module> net;
   {
     DeviceGuard guard(trainer.device());
-    model = make_model(a.model, gen);
+    net = make_model(a.model, gen);
   }
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(a, *model);
-  trainer.fit(*model, *optimizer, train_set, &test_set, resume_from);
+  ImageClassifier model(net, [&](Module& m) { return make_optimizer(a, m); });
+  trainer.fit(model, train_loader, &test_loader, resume_from);
 
-  const auto& history = trainer.progress().history;
+  const TrainingProgress& progress = trainer.progress();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const Device& dev = trainer.device();
-  if (epochs->count == 0)
-    fmt::print(
-        "Nothing to train: {} already has {} epoch(s) and --epochs is {}; pass --epochs {} or "
-        "more to train on.\n",
-        resume_from.string(), trainer.progress().epoch, a.epochs, trainer.progress().epoch + 1);
-  if (!history.empty()) {
-    const EpochMetrics& last = history.back();
-    fmt::print("Test accuracy: {:.2f}% after {} epoch(s) | {:.1f} s | {} on {} ({})\n",
-               100 * last.test_accuracy, last.epoch, seconds, a.model, dev.id(), dev.info().name);
+  if (epochs->count == 0) {
+    if (a.max_steps >= 0 && progress.global_step >= a.max_steps)
+      fmt::print(
+          "Nothing to train: {} already has {} step(s) and --max-steps is {}; pass a larger "
+          "--max-steps to train on.\n",
+          resume_from.string(), progress.global_step, a.max_steps);
+    else
+      fmt::print(
+          "Nothing to train: {} already has {} epoch(s) and --epochs is {}; pass --epochs {} or "
+          "more to train on.\n",
+          resume_from.string(), progress.epoch, a.epochs, progress.epoch + 1);
   }
+  // The latest validation's accuracy, from the history (a resumed run restores it).
+  for (auto row = progress.history.rbegin(); row != progress.history.rend(); ++row)
+    if (auto acc = row->metrics.find("val_acc"); acc != row->metrics.end()) {
+      fmt::print(
+          "Test accuracy: {:.2f}% after {} epoch(s), {} step(s) | {:.1f} s | {} on {} "
+          "({})\n",
+          100 * acc->second, progress.epoch, row->step, seconds, a.model, dev.id(),
+          dev.info().name);
+      break;
+    }
   for (const FallbackRoute& r : fallback_stats())
     if (r.ops > 0)
       fmt::print("Fallback: {} op(s) ran on {} instead of {} ({} moved)\n", r.ops, r.to, r.from,
@@ -153,6 +179,11 @@ int main(int argc, char** argv) {
       ("plot", po::value(&a.plot), "draw loss and accuracy curves into this .png/.svg/.pdf (gnuplot)")
       ("limit-train-batches", po::value(&a.limit_train)->default_value(a.limit_train), "train on this many batches per epoch (0: all)")
       ("limit-test-batches", po::value(&a.limit_test)->default_value(a.limit_test), "evaluate on this many batches (0: all)")
+      ("max-steps", po::value(&a.max_steps)->default_value(a.max_steps), "stop after this many optimizer steps, within an epoch if need be (-1: no limit)")
+      ("val-every", po::value(&a.val_every)->default_value(a.val_every, as_written(a.val_every)),
+       "evaluate on the test set every this fraction of an epoch (0 < F <= 1) or this many batches (N > 1)")
+      ("grad-clip", po::value(&a.grad_clip)->default_value(a.grad_clip, as_written(a.grad_clip)), "clip the gradients' total L2 norm to this (0: off)")
+      ("accumulate", po::value(&a.accumulate)->default_value(a.accumulate), "batches whose gradients are summed (mean loss) into one optimizer step")
       ("quiet,q", po::bool_switch(&a.quiet), "no progress output, only the summary");
   // clang-format on
   po::variables_map vm;
@@ -177,7 +208,14 @@ int main(int argc, char** argv) {
         std::pair{a.limit_test < 0, "--limit-test-batches: use 0 (all) or more"},
         std::pair{!(a.momentum >= 0), "--momentum: use 0 or more"},
         std::pair{!(a.weight_decay >= 0), "--weight-decay: use 0 or more"},
-        std::pair{vm.count("lr") && !(a.lr > 0), "--lr: use a positive number"}})
+        std::pair{vm.count("lr") && !(a.lr > 0), "--lr: use a positive number"},
+        std::pair{a.max_steps < 1 && a.max_steps != -1,
+                  "--max-steps: use 1 or more, or -1 (no limit)"},
+        std::pair{!(a.val_every > 0) || (a.val_every > 1 && a.val_every != std::floor(a.val_every)),
+                  "--val-every: use a fraction in (0, 1] or a whole number of batches above 1"},
+        std::pair{!(a.grad_clip >= 0) || !std::isfinite(a.grad_clip),
+                  "--grad-clip: use 0 (off) or a positive number"},
+        std::pair{a.accumulate < 1, "--accumulate: use 1 or more"}})
     if (bad) {
       std::cerr << "tessera-train: " << ok << "\n";
       return 2;

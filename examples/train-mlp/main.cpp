@@ -4,13 +4,15 @@
 using namespace tessera::train;
 
 int main() {
-  TrainerOptions options;  // accelerator "auto", devices 1, batch size 128, seed 0
+  TrainerOptions options;  // accelerator "auto", devices 1, seed 0
   options.max_epochs = 10;
   Trainer trainer(options);
   Dataset train = load_mnist_split(kDefaultFashionMnistDir, "train");
   Dataset test = load_mnist_split(kDefaultFashionMnistDir, "t10k");
+  ImageDataLoader train_loader(train, {.batch_size = 128});  // shuffled per epoch
+  ImageDataLoader test_loader(test, {.batch_size = 128, .shuffle = false});
   Generator gen(0);
-  auto model = make_mlp(gen);  // or your own Sequential of Linear, Conv2d, ReLU, MaxPool2d, ...
-  Adam adam(model->named_parameters(), AdamOptions{});  // lr 1e-3
-  trainer.fit(*model, adam, train, &test);
+  // Any network of Linear, Conv2d, ReLU, MaxPool2d, ...; cross-entropy, Adam (lr 1e-3).
+  ImageClassifier model(make_mlp(gen));
+  trainer.fit(model, train_loader, &test_loader);
 }

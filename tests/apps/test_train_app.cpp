@@ -67,6 +67,39 @@ TEST(TesseraTrain, BadCommandLinesExitWithTwoAndSayWhy) {
   r = run("", train("--plot curves.bmp"));
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("use .png, .svg or .pdf"), std::string::npos) << r.err;
+  for (const auto& [args, says] :
+       {std::pair{"--max-steps 0", "--max-steps: use 1 or more, or -1 (no limit)"},
+        std::pair{"--val-every 0", "--val-every: use a fraction in (0, 1] or a whole number"},
+        std::pair{"--val-every 2.5", "--val-every: use a fraction in (0, 1] or a whole number"},
+        std::pair{"--grad-clip -1", "--grad-clip: use 0 (off) or a positive number"},
+        std::pair{"--accumulate 0", "--accumulate: use 1 or more"}}) {
+    r = run("", train(args));
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_NE(r.err.find(says), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+TEST(TesseraTrain, MaxStepsStopWithinAnEpochAndValEveryValidatesWithin) {
+  const fs::path dir = fresh_dir("max-steps");
+  const Result r = run(
+      "TESSERA_DEVICE=cpu",
+      train(fmt::format("--epochs 3 --max-steps 30 --val-every 10 --metrics {0}/m.csv "
+                        "--checkpoint-dir {0} -q --limit-train-batches 20 --limit-test-batches 4",
+                        dir.string())));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Test accuracy: "), std::string::npos) << r.out;
+  const auto csv = read_csv(dir / "m.csv");
+  ASSERT_EQ(csv.size(), 4u);  // validations at steps 10, 20 (epoch 1's end) and 30 (the stop)
+  const std::vector<std::pair<std::string, std::string>> rows = {
+      {"1", "10"}, {"1", "20"}, {"2", "30"}};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(csv[i + 1][0], rows[i].first) << i;
+    EXPECT_EQ(csv[i + 1][1], rows[i].second) << i;
+  }
+  // Checkpoints after epoch 1 and at the stop within epoch 2.
+  EXPECT_TRUE(fs::exists(dir / "epoch-0001.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "epoch-0002.safetensors"));
+  fs::remove_all(dir);
 }
 
 TEST(TesseraTrain, MissingOrBrokenDataNamesTheFile) {
@@ -119,8 +152,10 @@ TEST(TesseraTrain, ResumeIsBitIdenticalAndFilesAreReadable) {
 
   const auto csv = read_csv(resumed / "m.csv");
   ASSERT_EQ(csv.size(), 3u);
-  EXPECT_EQ(csv[0], (std::vector<std::string>{"epoch", "train_loss", "train_accuracy", "test_loss",
-                                              "test_accuracy", "seconds", "samples_per_second"}));
+  EXPECT_EQ(csv[0],
+            (std::vector<std::string>{"epoch", "step", "lr", "train_acc", "train_loss", "val_acc",
+                                      "val_loss", "seconds", "samples_per_second"}));
+  EXPECT_EQ(csv[1][2], "0.001");  // Adam's default learning rate
   EXPECT_EQ(csv[1][0], "1");
   EXPECT_EQ(csv[2][0], "2");
   std::ifstream png(resumed / "curves.png", std::ios::binary);
@@ -156,7 +191,8 @@ TEST(TesseraTrain, EveryDeviceReachesTheAccuracyOfCpu) {
     ASSERT_EQ(r.code, 0) << d->id() << ": " << r.err;
     const auto rows = read_csv(csv);
     ASSERT_EQ(rows.size(), 2u);
-    accuracy[d->id()] = 100 * std::stod(rows[1][4]);
+    ASSERT_EQ(rows[0][5], "val_acc");
+    accuracy[d->id()] = 100 * std::stod(rows[1][5]);
     fs::remove(csv);
   }
   ASSERT_TRUE(accuracy.count("cpu:0"));
@@ -314,6 +350,24 @@ TEST(TesseraTrain, ReadmeTrainerExampleShowsProgress) {
   const Result r = run("TESSERA_DEVICE=cpu", TRAINER_EXAMPLE_BIN);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("Training on cpu:0"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("epoch 1: train loss "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(" | test loss "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("epoch 1: train_acc "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" val_loss "), std::string::npos) << r.out;
+}
+
+TEST(TesseraTrain, LightningExampleTrainsAndPredictsInANewProcess) {
+  // docs/training.md's LightningModule: a few batches of training with the best weights saved
+  // alone, then a second process loads them for inference on the same 512 test images.
+  const fs::path dir = fresh_dir("lightning-cnn");
+  Result r =
+      run("TESSERA_DEVICE=cpu", fmt::format("{} train {} 4", LIGHTNING_EXAMPLE_BIN, dir.string()));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto best = r.out.find("best val_acc ");
+  ASSERT_NE(best, std::string::npos) << r.out;
+  const std::string accuracy = r.out.substr(best + 13, 6);
+  EXPECT_TRUE(fs::exists(dir / "best.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "metrics.csv"));
+  r = run("TESSERA_DEVICE=cpu", fmt::format("{} predict {}", LIGHTNING_EXAMPLE_BIN, dir.string()));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "predicted 512 images, accuracy " + accuracy + "\n");
+  fs::remove_all(dir);
 }

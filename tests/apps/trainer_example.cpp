@@ -5,15 +5,16 @@
 using namespace tessera::train;
 
 int main() {
-  TrainerOptions options;  // accelerator "auto", devices 1, batch size 128, seed 0
+  TrainerOptions options;  // accelerator "auto", devices 1, seed 0
   options.max_epochs = 1;
   options.limit_train_batches = 4;  // the reduction: the README's example trains 10 full epochs
-  options.limit_test_batches = 2;
+  options.limit_val_batches = 2;
   Trainer trainer(options);
   Dataset train = load_mnist_split(kDefaultFashionMnistDir, "train");
   Dataset test = load_mnist_split(kDefaultFashionMnistDir, "t10k");
+  ImageDataLoader train_loader(train, {.batch_size = 128});
+  ImageDataLoader test_loader(test, {.batch_size = 128, .shuffle = false});
   Generator gen(0);
-  auto model = make_mlp(gen);
-  Adam adam(model->named_parameters(), AdamOptions{});  // lr 1e-3
-  trainer.fit(*model, adam, train, &test);
+  ImageClassifier model(make_mlp(gen));
+  trainer.fit(model, train_loader, &test_loader);
 }

@@ -133,8 +133,9 @@ void checkpoint_seeds(const fs::path& dir, Device& cpu) {
   TrainingProgress progress;
   progress.epoch = 1;
   progress.global_step = 1;
+  progress.batches_seen = 1;
   progress.seed = 7;
-  progress.history.push_back({1, 0.7, 0.5, 0.69, 0.5, 0.01, 200});
+  progress.history.push_back({1, 1, 0.1, {{"train_loss", 0.7}, {"val_acc", 0.5}}, 0.01, 200});
   auto one_step = [&](Optimizer& opt, Module& model) {
     const Tensor x = Tensor::from({1, 2, 3, 4, -1, -2, -3, -4}, {2, 4}, &cpu);
     const std::vector<std::int32_t> y{1, 0};
@@ -155,8 +156,12 @@ void checkpoint_seeds(const fs::path& dir, Device& cpu) {
     save_checkpoint(dir / "valid-adam.safetensors", *model, adam, progress);
   }
   const fs::path sgd = dir / "valid-sgd.safetensors", adam = dir / "valid-adam.safetensors";
-  variant(sgd, dir / "format-2.safetensors", cpu,
-          [](auto& c) { c.metadata["format"] = "tessera-checkpoint-2"; });
+  variant(sgd, dir / "format-1.safetensors", cpu,
+          [](auto& c) { c.metadata["format"] = "tessera-checkpoint-1"; });
+  variant(sgd, dir / "callback-not-json.safetensors", cpu,
+          [](auto& c) { c.metadata["callback.EarlyStopping{monitor=val_loss,mode=min}"] = "{"; });
+  variant(sgd, dir / "scheduler-state-without-scheduler.safetensors", cpu,
+          [](auto& c) { c.metadata["scheduler.last_epoch"] = "1"; });
   variant(sgd, dir / "epoch-not-a-number.safetensors", cpu,
           [](auto& c) { c.metadata["epoch"] = "one"; });
   variant(sgd, dir / "history-not-json.safetensors", cpu,

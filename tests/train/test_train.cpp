@@ -280,9 +280,9 @@ Dataset quadrants(std::int64_t n, std::uint64_t seed) {
   return d;
 }
 
-std::unique_ptr<Sequential> small_model(std::uint64_t seed) {
+std::shared_ptr<Sequential> small_model(std::uint64_t seed) {
   Generator gen(seed);
-  auto m = std::make_unique<Sequential>();
+  auto m = std::make_shared<Sequential>();
   m->emplace<Flatten>()
       .emplace<Linear>(64, 32, gen)
       .emplace<ReLU>()
@@ -291,50 +291,76 @@ std::unique_ptr<Sequential> small_model(std::uint64_t seed) {
   return m;
 }
 
+ImageClassifier::Configure sgd(float lr, float momentum) {
+  return [=](Module& m) {
+    OptimizerConfig c;
+    c.optimizer = std::make_shared<SGD>(m.named_parameters(), SgdOptions{lr, momentum});
+    return c;
+  };
+}
+
+ImageClassifier::Configure adam() {
+  return [](Module& m) {
+    OptimizerConfig c;
+    c.optimizer = std::make_shared<Adam>(m.named_parameters(), AdamOptions{});
+    return c;
+  };
+}
+
+LoaderOptions loader_options(std::int64_t batch, std::uint64_t seed = 0, bool shuffle = true) {
+  LoaderOptions lo;
+  lo.batch_size = batch;
+  lo.seed = seed;
+  lo.shuffle = shuffle;
+  return lo;
+}
+
 struct Recorder : Callback {
-  std::vector<EpochMetrics> epochs;
-  void on_epoch_end(Trainer&, const EpochMetrics& m) override { epochs.push_back(m); }
+  std::vector<MetricsRow> epochs;
+  void on_train_epoch_end(Trainer& t) override { epochs.push_back(t.progress().history.back()); }
 };
 }  // namespace
 
 TEST(Trainer, LearnsAndResumesBitIdentically) {
   const Dataset train = quadrants(512, 1), test = quadrants(256, 2);
+  ImageDataLoader train_loader(train, loader_options(32, 5));
+  ImageDataLoader test_loader(test, loader_options(32, 0, false));
   const fs::path dir = temp_dir("resume");
   TrainerOptions o;
   o.accelerator = "cpu";
-  o.batch_size = 32;
   o.seed = 5;
   o.enable_progress_bar = false;
 
   // Two epochs straight.
   o.max_epochs = 2;
   auto straight = small_model(9);
-  SGD sgd_a(straight->named_parameters(), SgdOptions{0.05f, 0.9f});
+  ImageClassifier a(straight, sgd(0.05f, 0.9f));
   auto rec = std::make_shared<Recorder>();
   o.callbacks = {rec};
-  Trainer(o).fit(*straight, sgd_a, train, &test);
+  Trainer(o).fit(a, train_loader, &test_loader);
   ASSERT_EQ(rec->epochs.size(), 2u);
-  EXPECT_GT(rec->epochs.back().test_accuracy, 0.9);
+  EXPECT_GT(rec->epochs.back().metrics.at("val_acc"), 0.9);
 
   // One epoch with checkpoints, then a new process-like start that resumes for the second.
   o.max_epochs = 1;
   o.callbacks = {std::make_shared<ModelCheckpoint>(dir),
                  std::make_shared<CsvLogger>(dir / "m.csv")};
-  auto first = small_model(9);
-  SGD sgd_b(first->named_parameters(), SgdOptions{0.05f, 0.9f});
-  Trainer(o).fit(*first, sgd_b, train, &test);
+  ImageClassifier b(small_model(9), sgd(0.05f, 0.9f));
+  Trainer(o).fit(b, train_loader, &test_loader);
   const auto ckpt = latest_checkpoint(dir);
   ASSERT_TRUE(ckpt);
   EXPECT_EQ(ckpt->filename(), "epoch-0001.safetensors");
 
   o.max_epochs = 2;
   auto resumed = small_model(123);  // other initial weights: the checkpoint replaces them
-  SGD sgd_c(resumed->named_parameters(), SgdOptions{0.05f, 0.9f});
+  ImageClassifier c(resumed, sgd(0.05f, 0.9f));
   Trainer t(o);
-  t.fit(*resumed, sgd_c, train, &test, *ckpt);
+  t.fit(c, train_loader, &test_loader, *ckpt);
   EXPECT_EQ(values(*resumed), values(*straight));
-  EXPECT_EQ(t.progress().global_step, 2u * 16u);
+  EXPECT_EQ(t.global_step(), 2 * 16);
   EXPECT_EQ(t.progress().history.size(), 2u);
+  // The second epoch's metrics are the uninterrupted run's (time aside).
+  EXPECT_EQ(t.progress().history[1].metrics, rec->epochs[1].metrics);
   std::ifstream csv(dir / "m.csv");
   std::string line;
   int lines = 0;
@@ -343,9 +369,9 @@ TEST(Trainer, LearnsAndResumesBitIdentically) {
 
   // A checkpoint of another model or optimizer is refused and changes nothing.
   auto other = make_mlp(*std::make_unique<Generator>(1));
-  Adam adam(other->named_parameters(), AdamOptions{});
+  Adam adam_other(other->named_parameters(), AdamOptions{});
   const auto before = values(*other);
-  EXPECT_THROW(load_checkpoint(*ckpt, *other, adam), InvalidArgument);
+  EXPECT_THROW(load_checkpoint(*ckpt, *other, adam_other), InvalidArgument);
   SGD sgd_other(other->named_parameters(), SgdOptions{});
   EXPECT_THROW(load_checkpoint(*ckpt, *other, sgd_other), InvalidArgument);
   EXPECT_EQ(values(*other), before);
@@ -358,13 +384,12 @@ namespace {
 fs::path adam_checkpoint(const fs::path& dir, const Dataset& train) {
   TrainerOptions o;
   o.accelerator = "cpu";
-  o.batch_size = 64;
   o.max_epochs = 1;
   o.enable_progress_bar = false;
   o.callbacks = {std::make_shared<ModelCheckpoint>(dir)};
-  auto model = small_model(9);
-  Adam adam(model->named_parameters(), AdamOptions{});
-  Trainer(o).fit(*model, adam, train);
+  ImageClassifier model(small_model(9), adam());
+  ImageDataLoader loader(train, loader_options(64));
+  Trainer(o).fit(model, loader);
   return dir / checkpoint_name(1);
 }
 
@@ -414,12 +439,30 @@ TEST(Checkpoint, EveryFieldIsCheckedAndNothingChangesOnError) {
   const FileError file_error("");
   const InvalidArgument invalid("");
   // Observed on main: an epoch past any max_epochs looped forever, a negative one trained
-  // negative epochs; both now disagree with the history (one entry per epoch done).
-  expect(file_error, "'history' has 1 entries for epoch 2147483647", set("epoch", "2147483647"));
+  // negative epochs; the first now disagrees with the steps taken.
+  expect(file_error, "global_step is 4 after 2147483647 epochs", set("epoch", "2147483647"));
   expect(file_error, "metadata 'epoch' is '-5'", set("epoch", "-5"));
   expect(file_error, "metadata 'epoch' is '1abc'", set("epoch", "1abc"));  // stoi took it
   expect(file_error, "metadata 'epoch' is ' 1'", set("epoch", " 1"));
-  expect(file_error, "metadata 'epoch' is '99999999999'", set("epoch", "99999999999"));
+  expect(file_error, "metadata 'epoch' is '99999999999999999999'",
+         set("epoch", "99999999999999999999"));
+  expect(file_error, "metadata 'epoch_batch' is 'x'", set("epoch_batch", "x"));
+  expect(file_error, "batches_seen is 3 for 4 steps", set("batches_seen", "3"));
+  expect(file_error, "epoch sums are given at an epoch's end",
+         set("epoch_sums", R"({"train_loss": [1.0, 2.0]})"));
+  expect(file_error, "metadata 'epoch_sums' 'a' is [1]", [](Meta& m, Tensors&) {
+    m["epoch_batch"] = "1";
+    m["epoch_sums"] = R"({"a": [1]})";
+  });
+  expect(file_error, "metadata 'epoch_loss' is", set("epoch_loss", "[1, -2]"));
+  expect(file_error, "the history has rows of epoch 1 after 0 epoch(s) and 0 batch(es) done",
+         [](Meta& m, Tensors&) { m["epoch"] = "0"; });
+  expect(file_error, "metadata 'lr_scheduler' is 'maybe'", set("lr_scheduler", "maybe"));
+  expect(file_error, "metadata 'lr_scheduler' is none but scheduler state is present",
+         set("scheduler.last_epoch", "3"));
+  expect(file_error, "metadata 'callback.X' is not a JSON object", set("callback.X", "[1]"));
+  expect(file_error, "metadata 'callback.X' entry 'a' is not a string",
+         set("callback.X", R"({"a": 1})"));
   expect(file_error, "metadata 'global_step' is '-1'", set("global_step", "-1"));  // wrapped
   expect(file_error, "global_step is 0 after 1 epochs", [](Meta& m, Tensors&) {
     m["global_step"] = "0";
@@ -435,14 +478,19 @@ TEST(Checkpoint, EveryFieldIsCheckedAndNothingChangesOnError) {
   expect(file_error, "checkpoint format 'tessera-checkpoint-0'",
          set("format", "tessera-checkpoint-0"));
   expect(file_error, "'history' is not JSON", set("history", "[{"));
-  expect(file_error, "'history' entry 0 ('epoch') is 2", [](Meta& m, Tensors&) {
+  expect(file_error, "'history' row 0 'epoch' is 0; epochs count from 1", [](Meta& m, Tensors&) {
     auto h = nlohmann::json::parse(m["history"]);
-    h[0]["epoch"] = 2;
+    h[0]["epoch"] = 0;
     m["history"] = h.dump();
   });
-  expect(file_error, "'history' entry 0 ('test_accuracy') is 1.5", [](Meta& m, Tensors&) {
+  expect(file_error, "'history' row 1 (epoch 1, step 4) does not follow", [](Meta& m, Tensors&) {
     auto h = nlohmann::json::parse(m["history"]);
-    h[0]["test_accuracy"] = 1.5;
+    h.push_back(h[0]);
+    m["history"] = h.dump();
+  });
+  expect(file_error, "'history' row 0 metric 'train_loss' is \"x\"", [](Meta& m, Tensors&) {
+    auto h = nlohmann::json::parse(m["history"]);
+    h[0]["metrics"]["train_loss"] = "x";
     m["history"] = h.dump();
   });
   expect(file_error, "metadata 'model' is missing", [](Meta& m, Tensors&) { m.erase("model"); });
@@ -466,9 +514,9 @@ TEST(Checkpoint, EveryFieldIsCheckedAndNothingChangesOnError) {
   expect(invalid, "optimizer state '4.bias.exp_avg_sq' is missing", [](Meta&, Tensors& t) {
     std::erase_if(t, [](const auto& p) { return p.first == "optimizer.4.bias.exp_avg_sq"; });
   });
-  expect(invalid, "tensor 'extra' is not a parameter of the model",
+  expect(invalid, "tensor 'extra' is not a parameter or buffer of the model",
          [](Meta&, Tensors& t) { t.emplace_back("extra", t.front().second); });
-  expect(invalid, "parameter '1.bias' is f32 [31] in the checkpoint, f32 [32] in the model",
+  expect(invalid, "tensor '1.bias' is f32 [31] in the checkpoint, f32 [32] in the model",
          [](Meta&, Tensors& t) {
            for (auto& [name, tensor] : t)
              if (name == "1.bias") tensor = Tensor::full({31}, 0.0);
@@ -545,11 +593,11 @@ TEST(Trainer, ResumingAtMaxEpochsTrainsNothingAndSaysSo) {
     o.max_epochs = 1;
     auto rec = std::make_shared<Recorder>();
     o.callbacks = {rec, std::make_shared<ModelCheckpoint>(dir)};
-    auto model = small_model(9);
-    Adam adam(model->named_parameters(), AdamOptions{});
+    ImageClassifier model(small_model(9), adam());
+    ImageDataLoader loader(train, loader_options(64));
     Trainer t(o);
     ::testing::internal::CaptureStdout();
-    t.fit(*model, adam, train, nullptr, ckpt);
+    t.fit(model, loader, nullptr, ckpt);
     const std::string out = ::testing::internal::GetCapturedStdout();
     EXPECT_TRUE(rec->epochs.empty());
     EXPECT_EQ(t.progress().epoch, 1);
@@ -574,10 +622,10 @@ TEST(Trainer, NeverWritesOverTheCheckpointItResumedFrom) {
   o.enable_progress_bar = false;
   auto rec = std::make_shared<Recorder>();
   o.callbacks = {rec, std::make_shared<ModelCheckpoint>(dir)};
-  auto model = small_model(9);
-  Adam adam(model->named_parameters(), AdamOptions{});
+  ImageClassifier model(small_model(9), adam());
+  ImageDataLoader loader(train, loader_options(64));
   const std::string msg =
-      error_of<FileError>([&] { Trainer(o).fit(*model, adam, train, nullptr, ckpt); });
+      error_of<FileError>([&] { Trainer(o).fit(model, loader, nullptr, ckpt); });
   EXPECT_NE(msg.find(ckpt.string() + ": this run resumes from it, but it holds epoch 1 while its "
                                      "name says epoch 2"),
             std::string::npos)
@@ -592,23 +640,34 @@ TEST(Trainer, EmptyEvaluationSetIsAnErrorBeforeTraining) {
   const Dataset train = quadrants(64, 1);
   Dataset empty = quadrants(0, 2);
   empty.name = "quadrants/t10k";
+  // Observed on main: "Test accuracy: 0.00%".
+  const std::string msg =
+      error_of<InvalidArgument>([&] { ImageDataLoader(empty, loader_options(32)); });
+  EXPECT_NE(msg.find("the dataset 'quadrants/t10k' has no samples"), std::string::npos) << msg;
+  // A loader of no batches (any DataLoader) is refused before training.
+  struct Empty final : DataLoader {
+    std::int64_t num_batches() const override { return 0; }
+    std::int64_t num_samples() const override { return 0; }
+    void begin_epoch(std::int64_t) override {}
+    bool next(TensorBatch&) override { return false; }
+  } none;
   TrainerOptions o;
   o.accelerator = "cpu";
   o.max_epochs = 1;
   o.enable_progress_bar = false;
   auto rec = std::make_shared<Recorder>();
   o.callbacks = {rec};
-  auto model = small_model(9);
-  SGD sgd(model->named_parameters(), SgdOptions{});
+  ImageClassifier model(small_model(9), sgd(0.01f, 0));
+  ImageDataLoader loader(train, loader_options(32));
   Trainer t(o);
-  // Observed on main: "Test accuracy: 0.00%".
-  const std::string msg = error_of<InvalidArgument>([&] { t.fit(*model, sgd, train, &empty); });
-  EXPECT_NE(msg.find("the evaluation set 'quadrants/t10k' has no samples"), std::string::npos)
-      << msg;
+  EXPECT_NE(error_of<InvalidArgument>([&] {
+              t.fit(model, loader, &none);
+            }).find("the validation loader has no batches"),
+            std::string::npos);
   EXPECT_TRUE(rec->epochs.empty());
-  EXPECT_THROW(t.evaluate(*model, empty), InvalidArgument);
-  EXPECT_THROW(t.fit(*model, sgd, empty), InvalidArgument);
-  o.limit_test_batches = -1;
+  EXPECT_THROW(t.validate(model, none), InvalidArgument);
+  EXPECT_THROW(t.fit(model, none), InvalidArgument);
+  o.limit_val_batches = -1;
   EXPECT_THROW(Trainer{o}, ConfigError);
 }
 
@@ -617,18 +676,20 @@ TEST(Trainer, ShowsProgressByDefaultAsLightningDoes) {
   auto fit = [&](TrainerOptions o) {
     o.accelerator = "cpu";
     o.max_epochs = 1;
-    o.batch_size = 32;
-    auto model = small_model(9);
-    Adam adam(model->named_parameters(), AdamOptions{});
+    ImageClassifier model(small_model(9), adam());
+    ImageDataLoader train_loader(train, loader_options(32));
+    ImageDataLoader test_loader(test, loader_options(32, 0, false));
     Trainer t(o);
     ::testing::internal::CaptureStdout();
-    t.fit(*model, adam, train, &test);
+    t.fit(model, train_loader, &test_loader);
     return ::testing::internal::GetCapturedStdout();
   };
   // Observed on main: the README's example printed nothing.
   const std::string shown = fit(TrainerOptions{});
   EXPECT_NE(shown.find("Training on cpu:0"), std::string::npos) << shown;
-  EXPECT_NE(shown.find("epoch 1: train loss "), std::string::npos) << shown;
+  EXPECT_NE(shown.find("epoch 1: train_acc "), std::string::npos) << shown;
+  EXPECT_NE(shown.find(" val_loss "), std::string::npos) << shown;
+  EXPECT_NE(shown.find("| lr 0.001 |"), std::string::npos) << shown;
   TrainerOptions quiet;
   quiet.enable_progress_bar = false;
   EXPECT_EQ(fit(quiet), "");

@@ -9,10 +9,12 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
-#include "parse.h"
+#include "callback_files.h"
 #include "tessera/errors.h"
 #include "tessera/file.h"
 
@@ -37,6 +39,10 @@ std::string percent(double v) {
 std::string csv_number(double v) {
   return std::isfinite(v) ? fmt::format("{:.6g}", v) : "";
 }
+
+}  // namespace
+
+namespace detail {
 
 // Creates directory |dir| when missing and checks that a file can be created in it (a probe file,
 // removed again), so that a run learns before training, not after its first epoch, that its
@@ -78,103 +84,131 @@ bool same_file(const fs::path& a, const fs::path& b) {
   return fs::equivalent(a, b, ec) && !ec;
 }
 
-}  // namespace
+}  // namespace detail
 
 ProgressBar::ProgressBar(std::FILE* out) : out_(out), tty_(::isatty(::fileno(out)) != 0) {}
 
 void ProgressBar::on_fit_start(Trainer& t) {
   fmt::print(out_, "Training on {} ({}), {} parameters\n", t.device().id(), t.device().info().name,
-             t.model().num_parameters());
-  if (t.resumed())
-    fmt::print(out_, "Resumed from {} (epoch {} done)\n", t.resumed_from().string(),
-               t.progress().epoch);
-  if (t.progress().epoch >= t.options().max_epochs)
-    fmt::print(out_, "Nothing to train: {} epoch(s) done, max_epochs={} reached\n",
-               t.progress().epoch, t.options().max_epochs);
+             t.module().num_parameters());
+  const TrainingProgress& p = t.progress();
+  if (t.resumed()) {
+    if (p.epoch_batch > 0)
+      fmt::print(out_, "Resumed from {} (epoch {}, batch {}, step {})\n", t.resumed_from().string(),
+                 p.epoch + 1, p.epoch_batch, p.global_step);
+    else
+      fmt::print(out_, "Resumed from {} (epoch {} done)\n", t.resumed_from().string(), p.epoch);
+  }
+  if (t.finished()) {
+    if (t.options().max_steps >= 0 && p.global_step >= t.options().max_steps)
+      fmt::print(out_, "Nothing to train: {} step(s) done, max_steps={} reached\n", p.global_step,
+                 t.options().max_steps);
+    else
+      fmt::print(out_, "Nothing to train: {} epoch(s) done, max_epochs={} reached\n", p.epoch,
+                 t.options().max_epochs);
+  }
   std::fflush(out_);
 }
+
+namespace {
+
+std::string epochs_of(const StepProgress& p) {
+  return p.max_epochs >= 0 ? fmt::format("{}/{}", p.epoch, p.max_epochs)
+                           : fmt::format("{}", p.epoch);
+}
+
+std::string metric_text(const std::map<std::string, double>& metrics) {
+  std::string s;
+  for (const auto& [name, v] : metrics) s += fmt::format(" {} {:.4g}", name, v);
+  return s;
+}
+
+}  // namespace
 
 void ProgressBar::on_train_progress(Trainer&, const StepProgress& p) {
   const double rate = static_cast<double>(p.samples) / std::max(p.seconds, 1e-9);
   const double left =
       p.seconds / static_cast<double>(p.batch) * static_cast<double>(p.num_batches - p.batch);
+  const std::string extra = metric_text(p.metrics);
   if (tty_) {
     constexpr int kWidth = 30;
     const auto filled =
         static_cast<int>(kWidth * p.batch / std::max<std::int64_t>(p.num_batches, 1));
-    fmt::print(out_, "\rEpoch {}/{} [{}{}] {}/{} loss {:.4f} | {:.0f} samples/s | {} left\x1b[K",
-               p.epoch, p.max_epochs, std::string(static_cast<std::size_t>(filled), '='),
+    fmt::print(out_,
+               "\rEpoch {} [{}{}] {}/{} loss {:.4f}{} lr {:.3g} | {:.0f} samples/s | {} "
+               "left\x1b[K",
+               epochs_of(p), std::string(static_cast<std::size_t>(filled), '='),
                std::string(static_cast<std::size_t>(kWidth - filled), ' '), p.batch, p.num_batches,
-               p.loss, rate, duration(left));
+               p.loss, extra, p.lr, rate, duration(left));
     std::fflush(out_);
     return;
   }
   const std::int64_t decile = 10 * p.batch / std::max<std::int64_t>(p.num_batches, 1);
   if (decile == last_decile_ || p.batch == p.num_batches) return;
   last_decile_ = decile;
-  fmt::print(out_, "epoch {}/{} batch {}/{} loss {:.4f} {:.0f} samples/s {} left\n", p.epoch,
-             p.max_epochs, p.batch, p.num_batches, p.loss, rate, duration(left));
+  fmt::print(out_, "epoch {} batch {}/{} loss {:.4f}{} lr {:.3g} {:.0f} samples/s {} left\n",
+             epochs_of(p), p.batch, p.num_batches, p.loss, extra, p.lr, rate, duration(left));
   std::fflush(out_);
 }
 
-void ProgressBar::on_epoch_end(Trainer&, const EpochMetrics& m) {
-  last_decile_ = -1;
+void ProgressBar::on_validation_end(Trainer& t) {
+  if (t.progress().epoch_batch == 0 || t.progress().history.empty()) return;  // at an epoch's end
+  const MetricsRow& row = t.progress().history.back();
   if (tty_) fmt::print(out_, "\r\x1b[K");
-  fmt::print(out_,
-             "epoch {}: train loss {:.4f} accuracy {} | test loss {:.4f} accuracy {} | {:.1f} s, "
-             "{:.0f} samples/s\n",
-             m.epoch, m.train_loss, percent(m.train_accuracy), m.test_loss,
-             percent(m.test_accuracy), m.seconds, m.samples_per_second);
+  fmt::print(out_, "validation at step {}:{}\n", row.step, metric_text(row.metrics));
+  std::fflush(out_);
+}
+
+void ProgressBar::on_train_epoch_end(Trainer& t) {
+  last_decile_ = -1;
+  if (t.progress().history.empty()) return;
+  const MetricsRow& m = t.progress().history.back();
+  if (tty_) fmt::print(out_, "\r\x1b[K");
+  std::string figures;
+  for (const auto& [name, v] : m.metrics)
+    figures += name.find("acc") != std::string::npos ? fmt::format(" {} {}", name, percent(v))
+                                                     : fmt::format(" {} {:.4f}", name, v);
+  fmt::print(out_, "epoch {}:{} | lr {:.3g} | {:.1f} s, {:.0f} samples/s\n", m.epoch, figures, m.lr,
+             m.seconds, m.samples_per_second);
   std::fflush(out_);
 }
 
 CsvLogger::CsvLogger(fs::path path) : path_(std::move(path)) {
-  require_writable_file(path_, "metrics file");
+  detail::require_writable_file(path_, "metrics file");
 }
 
-void CsvLogger::on_epoch_end(Trainer& t, const EpochMetrics&) {
-  std::string s =
-      "epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds,samples_per_second\n";
-  for (const EpochMetrics& m : t.progress().history)
-    s += fmt::format("{},{},{},{},{},{},{}\n", m.epoch, csv_number(m.train_loss),
-                     csv_number(m.train_accuracy), csv_number(m.test_loss),
-                     csv_number(m.test_accuracy), csv_number(m.seconds),
-                     csv_number(m.samples_per_second));
-  write_file_atomic(path_, s);
+namespace {
+
+void write_csv(const fs::path& path, const std::vector<MetricsRow>& history) {
+  std::set<std::string> names;
+  for (const MetricsRow& r : history)
+    for (const auto& [k, v] : r.metrics) names.insert(k);
+  std::string s = "epoch,step,lr";
+  for (const std::string& n : names) {
+    s += ',';
+    s += n;
+  }
+  s += ",seconds,samples_per_second\n";
+  for (const MetricsRow& r : history) {
+    s += fmt::format("{},{},{}", r.epoch, r.step, csv_number(r.lr));
+    for (const std::string& n : names) {
+      auto it = r.metrics.find(n);
+      s += ',';
+      if (it != r.metrics.end()) s += csv_number(it->second);
+    }
+    s += fmt::format(",{},{}\n", csv_number(r.seconds), csv_number(r.samples_per_second));
+  }
+  write_file_atomic(path, s);
 }
 
-ModelCheckpoint::ModelCheckpoint(fs::path dir) : dir_(std::move(dir)) {
-  require_writable_dir(dir_, "checkpoint directory");
+}  // namespace
+
+void CsvLogger::on_validation_end(Trainer& t) {
+  if (t.progress().epoch_batch > 0) write_csv(path_, t.progress().history);
 }
 
-void ModelCheckpoint::on_fit_start(Trainer& t) {
-  if (!t.resumed()) return;
-  // The one name this fit could write that is the checkpoint it resumed from is that file's own
-  // name, when it is epoch-N.safetensors for an epoch N this fit will train.
-  const fs::path& from = t.resumed_from();
-  const std::string name = from.filename().string();
-  const std::optional<std::string_view> digits = checkpoint_name_digits(name);
-  if (!digits) return;
-  const auto n = detail::parse_integer<int>(*digits);
-  if (!n || checkpoint_name(*n) != name || *n <= t.progress().epoch ||
-      *n > t.options().max_epochs || !same_file(dir_ / name, from))
-    return;
-  throw FileError(fmt::format(
-      "{}: this run resumes from it, but it holds epoch {} while its name says epoch {}; "
-      "training on would write epoch {}'s checkpoint over it. Rename the file to {}, or write "
-      "checkpoints to another directory",
-      from.string(), t.progress().epoch, *n, *n, checkpoint_name(t.progress().epoch)));
-}
-
-void ModelCheckpoint::on_epoch_end(Trainer& t, const EpochMetrics& m) {
-  const fs::path path = dir_ / checkpoint_name(m.epoch);
-  // Never over the checkpoint the run resumed from (on_fit_start refuses such a fit up front).
-  if (t.resumed() && same_file(path, t.resumed_from()))
-    throw FileError(
-        fmt::format("{}: not writing epoch {}'s checkpoint over the checkpoint this "
-                    "run resumed from",
-                    path.string(), m.epoch));
-  save_checkpoint(path, t.model(), t.optimizer(), t.progress());
+void CsvLogger::on_train_epoch_end(Trainer& t) {
+  write_csv(path_, t.progress().history);
 }
 
 namespace {
@@ -212,7 +246,7 @@ LossPlot::LossPlot(fs::path path) : path_(std::move(path)) {
         fmt::format("--plot {}: the image format is taken from the extension; use "
                     ".png, .svg or .pdf",
                     path_.string()));
-  require_writable_file(path_, "plot file");
+  detail::require_writable_file(path_, "plot file");
   if (run_gnuplot(fmt::format("set terminal {}\n", terminal_)) != 0)
     throw ConfigError(fmt::format(
         "--plot {} needs gnuplot with the {} terminal, which did not run; install it with "
@@ -220,23 +254,47 @@ LossPlot::LossPlot(fs::path path) : path_(std::move(path)) {
         path_.string(), terminal_.substr(0, terminal_.find(' '))));
 }
 
-void LossPlot::on_epoch_end(Trainer& t, const EpochMetrics&) {
+void LossPlot::on_train_epoch_end(Trainer& t) {
+  // Columns: step, then each curve; the left panel plots names with "loss", the right with "acc".
+  std::vector<std::string> loss, acc;
+  {
+    std::set<std::string> names;
+    for (const MetricsRow& r : t.progress().history)
+      for (const auto& [k, v] : r.metrics) names.insert(k);
+    for (const std::string& n : names) {
+      if (n.find("loss") != std::string::npos)
+        loss.push_back(n);
+      else if (n.find("acc") != std::string::npos)
+        acc.push_back(n);
+    }
+  }
   std::string data;
-  for (const EpochMetrics& m : t.progress().history)
-    data +=
-        fmt::format("{} {} {} {} {}\n", m.epoch, csv_number(m.train_loss), csv_number(m.test_loss),
-                    csv_number(100 * m.train_accuracy), csv_number(100 * m.test_accuracy));
+  for (const MetricsRow& r : t.progress().history) {
+    data += std::to_string(r.step);
+    for (const auto* group : {&loss, &acc})
+      for (const std::string& n : *group) {
+        auto it = r.metrics.find(n);
+        const double scale = group == &acc ? 100 : 1;
+        data += ' ';
+        data += it == r.metrics.end() ? std::string("?") : csv_number(scale * it->second);
+      }
+    data += "\n";
+  }
+  const auto plot = [&](const std::vector<std::string>& names, std::size_t first_column) {
+    if (names.empty()) return std::string("plot 0 notitle\n");
+    std::vector<std::string> parts;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      parts.push_back(
+          fmt::format("$d using 1:{} with linespoints title '{}'", first_column + i, names[i]));
+    return fmt::format("plot {}\n", fmt::join(parts, ", "));
+  };
   replace_file_atomic(path_, [&](const fs::path& tmp) {
     const std::string script = fmt::format(
         "set terminal {}\nset output '{}'\n$d << EOD\n{}EOD\n"
-        "set datafile missing ''\nset xrange [0.5:{}]\n"
-        "set multiplot layout 1,2 title 'Tessera on {}'\n"
-        "set xlabel 'epoch'\nset xtics 1\nset grid\nset key top right\nset title 'loss'\n"
-        "plot $d using 1:2 with linespoints title 'train', $d using 1:3 with linespoints title "
-        "'test'\nset title 'accuracy (%)'\nset key bottom right\n"
-        "plot $d using 1:4 with linespoints title 'train', $d using 1:5 with linespoints title "
-        "'test'\nunset multiplot\nset output\n",
-        terminal_, tmp.string(), data, t.progress().history.size() + 0.5, t.device().id());
+        "set datafile missing '?'\nset multiplot layout 1,2 title 'Tessera on {}'\n"
+        "set xlabel 'step'\nset grid\nset key top right\nset title 'loss'\n{}"
+        "set title 'accuracy (%)'\nset key bottom right\n{}unset multiplot\nset output\n",
+        terminal_, tmp.string(), data, t.device().id(), plot(loss, 2), plot(acc, 2 + loss.size()));
     std::string log;
     if (run_gnuplot(script, &log) != 0)
       throw FileError(fmt::format("{}: gnuplot failed to draw the plot: {}", path_.string(), log));

@@ -15,6 +15,7 @@
 #include "tessera/log.h"
 #include "tessera/ops.h"
 #include "tessera/train/safetensors.h"
+#include "trainer_steps.h"
 
 namespace tessera::train {
 
@@ -23,144 +24,199 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view kOptimizerPrefix = "optimizer.";
-constexpr const char* kFormat = "tessera-checkpoint-1";
+constexpr std::string_view kSchedulerPrefix = "scheduler.";
+constexpr std::string_view kCallbackPrefix = "callback.";
+constexpr const char* kFormat = "tessera-checkpoint-2";
 
 nlohmann::json number(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
-std::string history_json(const std::vector<EpochMetrics>& history) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const EpochMetrics& m : history)
-    a.push_back({{"epoch", m.epoch},
-                 {"train_loss", number(m.train_loss)},
-                 {"train_accuracy", number(m.train_accuracy)},
-                 {"test_loss", number(m.test_loss)},
-                 {"test_accuracy", number(m.test_accuracy)},
-                 {"seconds", number(m.seconds)},
-                 {"samples_per_second", number(m.samples_per_second)}});
-  return a.dump();
-}
-
-constexpr const char* kHistoryKeys[] = {
-    "epoch",         "train_loss", "train_accuracy",    "test_loss",
-    "test_accuracy", "seconds",    "samples_per_second"};
-
 [[noreturn]] void malformed(const fs::path& path, const std::string& what) {
   throw FileError(fmt::format("{}: malformed checkpoint: {}", path.string(), what));
 }
 
-// The history as save_checkpoint writes it: one object per completed epoch, epochs 1, 2, ...,
-// each with exactly kHistoryKeys, numbers finite (null for "not measured"), accuracies fractions,
-// the others non-negative.
-std::vector<EpochMetrics> parse_history(const fs::path& path, const std::string& s) {
-  nlohmann::json a;
-  try {
-    a = nlohmann::json::parse(s);
-  } catch (const nlohmann::json::exception& e) {
-    malformed(path, fmt::format("metadata 'history' is not JSON ({})", e.what()));
+std::string history_json(const std::vector<MetricsRow>& history) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const MetricsRow& r : history) {
+    nlohmann::json m = nlohmann::json::object();
+    for (const auto& [k, v] : r.metrics) m[k] = number(v);
+    a.push_back({{"epoch", r.epoch},
+                 {"step", r.step},
+                 {"lr", number(r.lr)},
+                 {"metrics", m},
+                 {"seconds", number(r.seconds)},
+                 {"samples_per_second", number(r.samples_per_second)}});
   }
+  return a.dump();
+}
+
+nlohmann::json parse_json(const fs::path& path, const std::string& key, const std::string& s) {
+  try {
+    return nlohmann::json::parse(s);
+  } catch (const nlohmann::json::exception& e) {
+    malformed(path, fmt::format("metadata '{}' is not JSON ({})", key, e.what()));
+  }
+}
+
+// A figure: a finite number, or null for "not measured" (NaN).
+double figure(const fs::path& path, const nlohmann::json& v, const std::string& where) {
+  if (v.is_null()) return std::nan("");
+  if (!v.is_number() || !std::isfinite(v.get<double>()))
+    malformed(path, fmt::format("{} is {}, expected a number or null", where, v.dump()));
+  return v.get<double>();
+}
+
+std::int64_t count(const fs::path& path, const nlohmann::json& v, const std::string& where) {
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
+    malformed(path, fmt::format("{} is {}, expected an integer of 0 or more", where, v.dump()));
+  return v.get<std::int64_t>();
+}
+
+// The history as save_checkpoint writes it: rows of exactly these keys, (epoch, step) increasing.
+std::vector<MetricsRow> parse_history(const fs::path& path, const std::string& s) {
+  const nlohmann::json a = parse_json(path, "history", s);
   if (!a.is_array()) malformed(path, "metadata 'history' is not a JSON array");
-  std::vector<EpochMetrics> out;
+  static const std::set<std::string> kKeys{"epoch",   "step",    "lr",
+                                           "metrics", "seconds", "samples_per_second"};
+  std::vector<MetricsRow> out;
   for (const auto& j : a) {
-    const std::size_t i = out.size();
-    const auto where = [&](std::string_view key) {
-      return fmt::format("metadata 'history' entry {} ('{}')", i, key);
-    };
-    if (!j.is_object() || j.size() != std::size(kHistoryKeys))
-      malformed(path, fmt::format("metadata 'history' entry {} is not an object of the {} keys {}",
-                                  i, std::size(kHistoryKeys), fmt::join(kHistoryKeys, ", ")));
-    for (const char* key : kHistoryKeys)
-      if (!j.contains(key))
-        malformed(path, fmt::format("metadata 'history' entry {} has no '{}'", i, key));
-    const auto& e = j.at("epoch");
-    if (!e.is_number_integer() || e.get<std::int64_t>() != static_cast<std::int64_t>(i) + 1)
-      malformed(path, fmt::format("{} is {}, expected {} (entries are epochs 1, 2, ... in order)",
-                                  where("epoch"), e.dump(), i + 1));
-    // A measured figure, or NaN for null; |hi| bounds accuracies.
-    const auto figure = [&](const char* key, double hi) {
-      const auto& v = j.at(key);
-      if (v.is_null()) return std::nan("");
-      const double d = v.is_number() ? v.get<double>() : std::nan("");
-      if (!(d >= 0 && d <= hi))
-        malformed(path, fmt::format("{} is {}, expected null or a number in [0, {}]", where(key),
-                                    v.dump(), hi));
-      return d;
-    };
-    constexpr double kAny = std::numeric_limits<double>::max();
-    EpochMetrics m;
-    m.epoch = static_cast<int>(i) + 1;
-    m.train_loss = figure("train_loss", kAny);
-    m.train_accuracy = figure("train_accuracy", 1);
-    m.test_loss = figure("test_loss", kAny);
-    m.test_accuracy = figure("test_accuracy", 1);
-    m.seconds = figure("seconds", kAny);
-    m.samples_per_second = figure("samples_per_second", kAny);
-    out.push_back(m);
+    const std::string where = fmt::format("metadata 'history' row {}", out.size());
+    if (!j.is_object() || j.size() != kKeys.size())
+      malformed(path,
+                fmt::format("{} is not an object of the keys {}", where, fmt::join(kKeys, ", ")));
+    for (const std::string& key : kKeys)
+      if (!j.contains(key)) malformed(path, fmt::format("{} has no '{}'", where, key));
+    MetricsRow r;
+    r.epoch = count(path, j.at("epoch"), where + " 'epoch'");
+    r.step = count(path, j.at("step"), where + " 'step'");
+    if (r.epoch < 1) malformed(path, fmt::format("{} 'epoch' is 0; epochs count from 1", where));
+    if (!out.empty() && std::pair(r.epoch, r.step) <= std::pair(out.back().epoch, out.back().step))
+      malformed(path, fmt::format("{} (epoch {}, step {}) does not follow the row before it "
+                                  "(epoch {}, step {})",
+                                  where, r.epoch, r.step, out.back().epoch, out.back().step));
+    r.lr = figure(path, j.at("lr"), where + " 'lr'");
+    r.seconds = figure(path, j.at("seconds"), where + " 'seconds'");
+    r.samples_per_second =
+        figure(path, j.at("samples_per_second"), where + " 'samples_per_second'");
+    if (!j.at("metrics").is_object())
+      malformed(path, fmt::format("{} 'metrics' is not an object", where));
+    for (const auto& [k, v] : j.at("metrics").items())
+      r.metrics[k] = figure(path, v, fmt::format("{} metric '{}'", where, k));
+    out.push_back(std::move(r));
   }
   return out;
 }
 
-// What does not hold of |p| for a run's progress, or empty: epochs done 0 or more, one history
-// entry per epoch (1, 2, ...), at least one step per epoch, steps within int64 (the optimizers'
-// counters).
+MetricSum sum_of(const fs::path& path, const nlohmann::json& v, const std::string& where) {
+  if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number() ||
+      !std::isfinite(v[0].get<double>()) || !(v[1].get<double>() >= 0) ||
+      !std::isfinite(v[1].get<double>()))
+    malformed(path, fmt::format("{} is {}, expected [sum, weight] (finite, weight 0 or more)",
+                                where, v.dump()));
+  return {v[0].get<double>(), v[1].get<double>()};
+}
+
+// What does not hold of |p| for a run's progress, or empty.
 std::string inconsistency(const TrainingProgress& p) {
-  if (p.epoch < 0) return fmt::format("epoch is {}, expected 0 or more", p.epoch);
-  if (p.history.size() != static_cast<std::size_t>(p.epoch))
-    return fmt::format("'history' has {} entries for epoch {}: expected one per epoch done",
-                       p.history.size(), p.epoch);
-  for (std::size_t i = 0; i < p.history.size(); ++i)
-    if (p.history[i].epoch != static_cast<int>(i) + 1)
-      return fmt::format("'history' entry {} is epoch {}, expected {}", i, p.history[i].epoch,
-                         i + 1);
-  if (p.global_step < static_cast<std::uint64_t>(p.epoch))
+  if (p.epoch < 0 || p.epoch_batch < 0 || p.global_step < 0 || p.batches_seen < 0)
+    return fmt::format(
+        "epoch {}, epoch_batch {}, global_step {}, batches_seen {}: expected 0 or "
+        "more",
+        p.epoch, p.epoch_batch, p.global_step, p.batches_seen);
+  if (p.global_step < p.epoch)
     return fmt::format("global_step is {} after {} epochs: every epoch takes at least one step",
                        p.global_step, p.epoch);
-  if (p.global_step > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-    return fmt::format("global_step {} is more than {}", p.global_step,
-                       std::numeric_limits<std::int64_t>::max());
+  if (p.batches_seen < p.global_step || p.batches_seen < p.epoch_batch)
+    return fmt::format(
+        "batches_seen is {} for {} steps and {} batches of this epoch: every step "
+        "takes at least one batch",
+        p.batches_seen, p.global_step, p.epoch_batch);
+  if (p.epoch_batch == 0 && (!p.epoch_sums.empty() || p.epoch_loss.weight != 0))
+    return "epoch sums are given at an epoch's end (epoch_batch 0)";
+  // Rows belong to epochs done, or to the epoch under way.
+  if (!p.history.empty() && p.history.back().epoch > p.epoch + (p.epoch_batch > 0 ? 1 : 0))
+    return fmt::format("the history has rows of epoch {} after {} epoch(s) and {} batch(es) done",
+                       p.history.back().epoch, p.epoch, p.epoch_batch);
   return {};
+}
+
+// The module's tensors in state_dict order (parameters and buffers).
+StateDict model_tensors(Module& model) {
+  return model.state_dict();
 }
 
 }  // namespace
 
 void save_checkpoint(const fs::path& path, Module& model, const Optimizer& optimizer,
-                     const TrainingProgress& progress) {
+                     const TrainingProgress& progress, const LRScheduler* scheduler) {
   if (const std::string bad = inconsistency(progress); !bad.empty())
     throw InvalidArgument(fmt::format("save_checkpoint {}: {}", path.string(), bad));
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const NamedParameter& p : model.named_parameters())
-    tensors.emplace_back(p.name, p.variable->value());
+  std::vector<std::pair<std::string, Tensor>> tensors = model_tensors(model);
   OptimizerState os = optimizer.state();
   for (auto& [name, t] : os.tensors) tensors.emplace_back(std::string(kOptimizerPrefix) + name, t);
-  std::map<std::string, std::string> meta{{"format", kFormat},
-                                          {"epoch", std::to_string(progress.epoch)},
-                                          {"global_step", std::to_string(progress.global_step)},
-                                          {"seed", std::to_string(progress.seed)},
-                                          {"model", model.describe()},
-                                          {"optimizer", optimizer.name()},
-                                          {"lr", fmt::format("{}", optimizer.lr())},
-                                          {"history", history_json(progress.history)}};
+  nlohmann::json sums = nlohmann::json::object();
+  for (const auto& [k, s] : progress.epoch_sums) sums[k] = {s.sum, s.weight};
+  std::map<std::string, std::string> meta{
+      {"format", kFormat},
+      {"epoch", std::to_string(progress.epoch)},
+      {"epoch_batch", std::to_string(progress.epoch_batch)},
+      {"global_step", std::to_string(progress.global_step)},
+      {"batches_seen", std::to_string(progress.batches_seen)},
+      {"seed", std::to_string(progress.seed)},
+      {"model", model.describe()},
+      {"optimizer", optimizer.name()},
+      {"lr", fmt::format("{}", optimizer.lr())},
+      {"history", history_json(progress.history)},
+      {"epoch_sums", sums.dump()},
+      {"epoch_loss", nlohmann::json{progress.epoch_loss.sum, progress.epoch_loss.weight}.dump()},
+      {"lr_scheduler", scheduler ? "present" : "none"}};
   for (const auto& [k, v] : os.values) meta[std::string(kOptimizerPrefix) + k] = v;
+  if (scheduler)
+    for (const auto& [k, v] : detail::scheduler_state(*scheduler))
+      meta[std::string(kSchedulerPrefix) + k] = v;
+  for (const auto& [key, state] : progress.callbacks) {
+    nlohmann::json o = nlohmann::json::object();
+    for (const auto& [k, v] : state) o[k] = v;
+    meta[std::string(kCallbackPrefix) + key] = o.dump();
+  }
   save_safetensors(path, tensors, meta);
 }
 
-TrainingProgress load_checkpoint(const fs::path& path, Module& model, Optimizer& optimizer) {
-  const auto params = model.named_parameters();
-  if (params.empty()) throw InvalidArgument("load_checkpoint: the model has no parameters");
-  Device& device = params.front().variable->value().device();
+TrainingProgress load_checkpoint(const fs::path& path, Module& model, Optimizer& optimizer,
+                                 LRScheduler* scheduler) {
+  const auto mine = model_tensors(model);
+  if (mine.empty()) throw InvalidArgument("load_checkpoint: the model has no parameters");
+  Device& device = mine.front().second.device();
   SafetensorsContents c = load_safetensors(path, &device);
 
   // Metadata: every key known, every value well-formed, before anything is used.
-  static const std::set<std::string> kKeys{"format", "epoch",     "global_step", "seed",
-                                           "model",  "optimizer", "lr",          "history"};
+  static const std::set<std::string> kKeys{
+      "format",    "epoch", "epoch_batch", "global_step", "batches_seen", "seed",        "model",
+      "optimizer", "lr",    "history",     "epoch_sums",  "epoch_loss",   "lr_scheduler"};
   OptimizerState os;
+  std::map<std::string, std::string> scheduler_state;
+  TrainingProgress progress;
   for (const auto& [k, v] : c.metadata) {
-    if (k.rfind(kOptimizerPrefix, 0) == 0)
+    if (k.starts_with(kOptimizerPrefix)) {
       os.values[k.substr(kOptimizerPrefix.size())] = v;
-    else if (!kKeys.count(k))
-      malformed(path, fmt::format("metadata '{}' is not part of a checkpoint (it has {})", k,
-                                  fmt::join(kKeys, ", ")));
+    } else if (k.starts_with(kSchedulerPrefix)) {
+      scheduler_state[k.substr(kSchedulerPrefix.size())] = v;
+    } else if (k.starts_with(kCallbackPrefix)) {
+      const nlohmann::json o = parse_json(path, k, v);
+      if (!o.is_object()) malformed(path, fmt::format("metadata '{}' is not a JSON object", k));
+      auto& state = progress.callbacks[k.substr(kCallbackPrefix.size())];
+      for (const auto& [name, value] : o.items()) {
+        if (!value.is_string())
+          malformed(path, fmt::format("metadata '{}' entry '{}' is not a string", k, name));
+        state[name] = value.get<std::string>();
+      }
+    } else if (!kKeys.count(k)) {
+      malformed(path, fmt::format("metadata '{}' is not part of a checkpoint (it has {}, and "
+                                  "keys starting {}, {} or {})",
+                                  k, fmt::join(kKeys, ", "), kOptimizerPrefix, kSchedulerPrefix,
+                                  kCallbackPrefix));
+    }
   }
   auto meta = [&](const std::string& key) -> const std::string& {
     auto it = c.metadata.find(key);
@@ -181,77 +237,108 @@ TrainingProgress load_checkpoint(const fs::path& path, Module& model, Optimizer&
                                   meta(key), std::numeric_limits<T>::max()));
     return *v;
   };
-  TrainingProgress progress;
-  progress.epoch = integer("epoch", int{});
-  progress.global_step = integer("global_step", std::uint64_t{});
+  progress.epoch = integer("epoch", std::int64_t{});
+  progress.epoch_batch = integer("epoch_batch", std::int64_t{});
+  progress.global_step = integer("global_step", std::int64_t{});
+  progress.batches_seen = integer("batches_seen", std::int64_t{});
   progress.seed = integer("seed", std::uint64_t{});
   progress.history = parse_history(path, meta("history"));
+  {
+    const nlohmann::json sums = parse_json(path, "epoch_sums", meta("epoch_sums"));
+    if (!sums.is_object()) malformed(path, "metadata 'epoch_sums' is not a JSON object");
+    for (const auto& [k, v] : sums.items())
+      progress.epoch_sums[k] = sum_of(path, v, fmt::format("metadata 'epoch_sums' '{}'", k));
+    progress.epoch_loss =
+        sum_of(path, parse_json(path, "epoch_loss", meta("epoch_loss")), "metadata 'epoch_loss'");
+  }
   if (const std::string bad = inconsistency(progress); !bad.empty()) malformed(path, bad);
   if (const auto lr = detail::parse_number(meta("lr")); !lr || *lr < 0)
     malformed(path,
               fmt::format("metadata 'lr' is '{}', expected a non-negative number", meta("lr")));
   if (meta("model").empty()) malformed(path, "metadata 'model' is empty");
+  const std::string& has_scheduler = meta("lr_scheduler");
+  if (has_scheduler != "present" && has_scheduler != "none")
+    malformed(path, fmt::format("metadata 'lr_scheduler' is '{}', expected present or none",
+                                has_scheduler));
+  if (has_scheduler == "none" && !scheduler_state.empty())
+    malformed(path, "metadata 'lr_scheduler' is none but scheduler state is present");
   if (meta("optimizer") != optimizer.name())
     throw InvalidArgument(fmt::format(
         "{}: the checkpoint was written with optimizer '{}', this run uses '{}'; resume with "
         "the same optimizer",
         path.string(), meta("optimizer"), optimizer.name()));
+  if ((has_scheduler == "present") != (scheduler != nullptr))
+    throw InvalidArgument(fmt::format(
+        "{}: the checkpoint was written {} a learning-rate scheduler and this run has {}; resume "
+        "with the same configure_optimizers",
+        path.string(), has_scheduler == "present" ? "with" : "without",
+        scheduler ? "one" : "none"));
   // The optimizer's own step counter, when it keeps one, counts the same steps as global_step.
   // (A step that is no count at all is load_state's error.)
   if (auto it = os.values.find("step"); it != os.values.end())
     if (const auto step = detail::parse_integer<std::int64_t>(it->second);
-        step && *step != static_cast<std::int64_t>(progress.global_step))
+        step && *step != progress.global_step)
       malformed(path, fmt::format("metadata '{}step' is '{}' but global_step is {}: both count the "
                                   "optimizer's steps",
                                   kOptimizerPrefix, it->second, progress.global_step));
 
-  // Match every parameter before touching the model.
+  // Match every tensor of the model before touching it.
   std::map<std::string, Tensor> by_name;
   for (auto& [name, t] : c.tensors) {
-    if (name.rfind(kOptimizerPrefix, 0) == 0)
+    if (name.starts_with(kOptimizerPrefix))
       os.tensors.emplace_back(name.substr(kOptimizerPrefix.size()), t);
     else
       by_name[name] = t;
   }
-  for (const NamedParameter& p : params) {
-    auto it = by_name.find(p.name);
+  std::set<std::string> names;
+  for (const auto& [name, t] : mine) {
+    names.insert(name);
+    auto it = by_name.find(name);
     if (it == by_name.end())
       throw InvalidArgument(
-          fmt::format("{}: parameter '{}' is missing; the checkpoint holds another model ({})",
-                      path.string(), p.name, meta("model")));
-    if (!(it->second.shape() == p.variable->shape()) ||
-        it->second.dtype() != p.variable->value().dtype())
-      throw InvalidArgument(fmt::format(
-          "{}: parameter '{}' is {} {} in the checkpoint, {} {} in the model", path.string(),
-          p.name, dtype_name(it->second.dtype()), it->second.shape().str(),
-          dtype_name(p.variable->value().dtype()), p.variable->shape().str()));
+          fmt::format("{}: tensor '{}' is missing; the checkpoint holds another model ({})",
+                      path.string(), name, meta("model")));
+    if (!(it->second.shape() == t.shape()) || it->second.dtype() != t.dtype())
+      throw InvalidArgument(
+          fmt::format("{}: tensor '{}' is {} {} in the checkpoint, {} {} in the model",
+                      path.string(), name, dtype_name(it->second.dtype()), it->second.shape().str(),
+                      dtype_name(t.dtype()), t.shape().str()));
   }
-  if (by_name.size() != params.size())
-    for (const auto& [name, t] : by_name)
-      if (std::none_of(params.begin(), params.end(),
-                       [&, &name = name](const NamedParameter& p) { return p.name == name; }))
-        throw InvalidArgument(
-            fmt::format("{}: tensor '{}' is not a parameter of the model; the checkpoint holds "
-                        "another model ({})",
-                        path.string(), name, meta("model")));
+  for (const auto& [name, t] : by_name)
+    if (!names.count(name))
+      throw InvalidArgument(
+          fmt::format("{}: tensor '{}' is not a parameter or buffer of the model; the checkpoint "
+                      "holds another model ({})",
+                      path.string(), name, meta("model")));
   if (meta("model") != model.describe())
     tessera::log().warn(
-        "{}: the checkpoint's model description differs from this model's; the "
-        "parameters match, resuming",
+        "{}: the checkpoint's model description differs from this model's; its tensors match, "
+        "resuming",
         path.string());
+  // The optimizer and the scheduler check their own entries and change nothing on error; the
+  // optimizer is put back when the scheduler refuses its state.
+  const OptimizerState before = optimizer.state();
   try {
-    optimizer.load_state(os);  // checks its own entries and changes nothing on error
+    optimizer.load_state(os);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("{}: {}", path.string(), e.what()));
   }
-  for (const NamedParameter& p : params) {
-    p.variable->set_value(by_name.at(p.name));
-    p.variable->zero_grad();
+  if (scheduler) {
+    try {
+      detail::load_scheduler_state(*scheduler, scheduler_state);
+    } catch (const InvalidArgument& e) {
+      optimizer.load_state(before);
+      throw InvalidArgument(fmt::format("{}: scheduler: {}", path.string(), e.what()));
+    }
   }
+  StateDict state;
+  for (const auto& [name, t] : mine) state.emplace_back(name, by_name.at(name));
+  model.load_state_dict(state);  // checked above: names, dtypes and shapes all match
+  model.zero_grad();
   return progress;
 }
 
-std::string checkpoint_name(int epoch) {
+std::string checkpoint_name(std::int64_t epoch) {
   return fmt::format("epoch-{:04}.safetensors", epoch);
 }
 

@@ -1,9 +1,12 @@
-// Training checkpoints: the model's parameters (named as its state_dict), the optimizer's state
-// and where training stands, in one safetensors file written atomically.
+// Training checkpoints: the model's state_dict (parameters and buffers, under their PyTorch
+// names), the optimizer's and the scheduler's state, where training stands (epoch, step, the
+// position within an epoch), the metrics history and the callbacks' state, in one safetensors
+// file written atomically.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,49 +17,66 @@
 
 namespace tessera::train {
 
-// Per-epoch figures, as the CSV log and the plot show them.
-struct EpochMetrics {
-  int epoch = 0;  // 1-based
-  double train_loss = 0, train_accuracy = 0;
-  double test_loss = 0, test_accuracy = 0;  // NaN without a test set
-  double seconds = 0;                       // training time of the epoch, evaluation excluded
-  double samples_per_second = 0;
+class LRScheduler;
+
+// One row of the metrics history (the CSV log and the plot): written after every validation and
+// at the end of every epoch (one row when both happen at one step).
+struct MetricsRow {
+  std::int64_t epoch = 0;                 // the 1-based epoch the row belongs to
+  std::int64_t step = 0;                  // global_step when it was written
+  double lr = 0;                          // the learning rate of the optimizer's first group then
+  std::map<std::string, double> metrics;  // logged epoch metrics, validation metrics (NaN: none)
+  double seconds = 0;             // training time of the epoch so far (NaN in validation rows)
+  double samples_per_second = 0;  // (NaN in validation rows)
 };
 
-// Where a run stands after a completed epoch.
+// A running weighted sum of a metric over the batches of an epoch so far.
+struct MetricSum {
+  double sum = 0, weight = 0;
+};
+
+// Where a run stands.
 struct TrainingProgress {
-  int epoch = 0;                  // epochs completed
-  std::uint64_t global_step = 0;  // optimizer steps taken
+  std::int64_t epoch = 0;         // epochs completed
+  std::int64_t epoch_batch = 0;   // batches done of the next epoch (a checkpoint within an epoch)
+  std::int64_t global_step = 0;   // optimizer steps taken
+  std::int64_t batches_seen = 0;  // training batches run in all (Dropout's masks derive from it)
   std::uint64_t seed = 0;
-  std::vector<EpochMetrics> history;
+  std::vector<MetricsRow> history;
+  // Within an epoch: the sums of its on-epoch metrics so far, and of the training loss.
+  std::map<std::string, MetricSum> epoch_sums;
+  MetricSum epoch_loss;
+  // Each stateful callback's state (Callback::state_key -> Callback::state_dict).
+  std::map<std::string, std::map<std::string, std::string>> callbacks;
 };
 
-// Writes "model" tensors under their parameter names, optimizer state under "optimizer.NAME",
-// and |progress| plus the model and optimizer descriptions as metadata, atomically (a killed save
-// leaves the old file or none, and the next save of |path| removes its leftover temporary file:
-// tessera/file.h). Throws InvalidArgument naming |path| when |progress| is not a run's progress
-// (see load_checkpoint), FileError when the file can not be written.
+// Writes the model's tensors under their state_dict names, optimizer state under
+// "optimizer.NAME", scheduler state as metadata "scheduler.KEY", and |progress| plus the model's
+// and optimizer's descriptions as metadata, atomically (a killed save leaves the old file or
+// none, and the next save of |path| removes its leftover temporary file: tessera/file.h). Throws
+// InvalidArgument naming |path| when |progress| is not a run's progress (see load_checkpoint),
+// FileError when the file can not be written.
 void save_checkpoint(const std::filesystem::path& path, Module& model, const Optimizer& optimizer,
-                     const TrainingProgress& progress);
+                     const TrainingProgress& progress, const LRScheduler* scheduler = nullptr);
 
-// Loads a checkpoint into |model| (on the device of its parameters) and |optimizer|. Checks
-// every field before changing anything; every message names |path| and the field:
-// - FileError for a malformed file: unknown metadata; format not tessera-checkpoint-1; epoch,
-//   global_step or seed not a non-negative integer in decimal digits that fits (int, uint64,
-//   uint64; no sign, no spaces, no trailing characters); a history that is not one entry per
-//   epoch done (epochs 1, 2, ... with every figure null or a non-negative number, accuracies at
-//   most 1); fewer steps than epochs, or more than int64 holds; lr not a non-negative number; an
-//   optimizer step count that differs from global_step.
-// - InvalidArgument when it holds another model or optimizer: a parameter missing, of another
-//   dtype or shape, or a tensor that is no parameter; the optimizer's name; optimizer state the
-//   optimizer refuses (Optimizer::load_state: unknown entries, dtype or shape not the parameter's,
-//   step counts that do not match the state).
+// Loads a checkpoint into |model| (on the device of its tensors), |optimizer| and |scheduler|
+// (which must be given exactly when the checkpoint holds scheduler state). Checks every field
+// before changing anything; every message names |path| and the field:
+// - FileError for a malformed file: unknown metadata; format not tessera-checkpoint-2; epoch,
+//   epoch_batch, global_step, batches_seen or seed not a non-negative integer in decimal digits
+//   that fits (no sign, no spaces, no trailing characters); a history that is not rows of
+//   non-decreasing epoch and step with finite or null figures; fewer training batches than
+//   steps; lr not a non-negative number; an optimizer step count that differs from global_step;
+//   callback state or epoch sums that are not JSON objects of strings / number pairs.
+// - InvalidArgument when it holds another model, optimizer or scheduler: a tensor missing, of
+//   another dtype or shape, or one the model does not have; the optimizer's name; optimizer or
+//   scheduler state they refuse; scheduler state without a scheduler or the reverse.
 // Not thread-safe with other uses of |model| and |optimizer|.
 TrainingProgress load_checkpoint(const std::filesystem::path& path, Module& model,
-                                 Optimizer& optimizer);
+                                 Optimizer& optimizer, LRScheduler* scheduler = nullptr);
 
-// The file name save_checkpoint uses for |epoch| in a checkpoint directory: epoch-0003.safetensors.
-std::string checkpoint_name(int epoch);
+// The file name of epoch |epoch|'s checkpoint in a checkpoint directory: epoch-0003.safetensors.
+std::string checkpoint_name(std::int64_t epoch);
 // The decimal digits of the epoch in a checkpoint file name: "0003" for epoch-0003.safetensors
 // (or "3" for a renamed epoch-3.safetensors); nullopt when |file_name| is not such a name.
 std::optional<std::string_view> checkpoint_name_digits(std::string_view file_name);

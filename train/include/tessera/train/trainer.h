@@ -1,122 +1,174 @@
 // The Trainer: Lightning's Trainer(accelerator=..., devices=..., max_epochs=...) for Tessera.
-// It picks the device, moves the model there, runs the epochs (forward, cross-entropy,
-// backward, optimizer step), evaluates after each epoch, and tells its callbacks (progress bar,
-// CSV log, checkpoints, plot: callbacks.h).
+// It picks the device, moves a LightningModule (lightning.h) there and runs its training loop:
+// training_step, backward, gradient clipping, optimizer and scheduler steps, gradient
+// accumulation, validation within and after epochs, metrics, and its callbacks (progress bar, CSV
+// log, checkpoints, early stopping, plot: callbacks.h).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "tessera/device.h"
 #include "tessera/train/checkpoint.h"
-#include "tessera/train/data.h"
-#include "tessera/train/layers.h"
-#include "tessera/train/optim.h"
+#include "tessera/train/data_loader.h"
+#include "tessera/train/lightning.h"
 
 namespace tessera::train {
 
 class Trainer;
+class MetricCollector;
 
-// Training progress within an epoch, reported every TrainerOptions::log_every_n_steps steps.
+// Training progress within an epoch, reported every TrainerOptions::log_every_n_steps batches.
 struct StepProgress {
-  int epoch = 0;  // 1-based
-  int max_epochs = 0;
+  std::int64_t epoch = 0;                   // 1-based
+  std::int64_t max_epochs = 0;              // -1: unbounded
   std::int64_t batch = 0, num_batches = 0;  // batches done in this epoch, of
   std::int64_t samples = 0;                 // samples done in this epoch
-  double loss = 0;                          // mean loss of the batches read back so far
-  double seconds = 0;                       // since the epoch started
+  std::int64_t global_step = 0, max_steps = -1;
+  double loss = 0;     // mean of the training_step losses read back in this epoch so far
+  double lr = 0;       // the optimizer's (first group's) learning rate
+  double seconds = 0;  // since the epoch started
+  std::map<std::string, double> metrics;  // the metrics logged with prog_bar, latest values
 };
 
-// Hooks into a fit. Called on the training thread; an exception stops the fit and propagates.
+// Hooks into a fit, as Lightning's Callback. Called on the training thread; an exception stops
+// the fit and propagates.
 class Callback {
  public:
   virtual ~Callback() = default;
   virtual void on_fit_start(Trainer&) {}
   virtual void on_train_progress(Trainer&, const StepProgress&) {}
-  virtual void on_epoch_end(Trainer&, const EpochMetrics&) {}
+  // After every validation run; Trainer::callback_metrics() holds its metrics.
+  virtual void on_validation_end(Trainer&) {}
+  // After every training epoch (after its validation); the newest history row is the epoch's.
+  virtual void on_train_epoch_end(Trainer&) {}
   virtual void on_fit_end(Trainer&) {}
+
+  // A callback with state to checkpoint (ModelCheckpoint's best files, EarlyStopping's wait
+  // count) returns a key unique among the callbacks ("" : nothing to save), its state, and loads
+  // it back; load_state_dict throws InvalidArgument naming the entry and changes nothing when the
+  // state is malformed.
+  virtual std::string state_key() const { return {}; }
+  virtual std::map<std::string, std::string> state_dict() const { return {}; }
+  virtual void load_state_dict(const std::map<std::string, std::string>&) {}
 };
 
 struct TrainerOptions {
   // "auto" (TESSERA_DEVICE when set, else the best device), a plugin name ("cpu", "vulkan",
   // "opencl", or any loaded plugin's), or one device ("vulkan:1").
   std::string accelerator = "auto";
-  int devices = 1;  // how many devices of the accelerator; one is supported
-  int max_epochs = 10;
-  std::int64_t batch_size = 128;
-  std::uint64_t seed = 0;
-  std::int64_t limit_train_batches = 0;  // 0: all
-  std::int64_t limit_test_batches = 0;   // 0: all
-  int log_every_n_steps = 16;            // metrics are read back from the device this often
+  int devices = 1;                       // how many devices of the accelerator; one is supported
+  std::int64_t max_epochs = 10;          // -1: unbounded (max_steps must then be set)
+  std::int64_t max_steps = -1;           // optimizer steps; -1: no limit. Stops within an epoch.
+  std::int64_t limit_train_batches = 0;  // batches per epoch; 0: all
+  std::int64_t limit_val_batches = 0;    // batches per validation; 0: all
+  // Lightning's: a fraction of the training epoch (0 < v <= 1: validate every
+  // max(1, int(v * batches)) batches) or a batch count (an integer > 1, at most the batches of an
+  // epoch). Rounded up to a multiple of accumulate_grad_batches, so that validation (and the
+  // checkpoints taken then) always follows an optimizer step.
+  double val_check_interval = 1.0;
+  std::int64_t check_val_every_n_epoch = 1;
+  double gradient_clip_val = 0;                  // 0: no clipping
+  std::string gradient_clip_algorithm = "norm";  // "norm" (clip_grad_norm_) or "value"
+  std::int64_t accumulate_grad_batches = 1;      // batches per optimizer step
+  std::int64_t log_every_n_steps = 16;           // logged values are read back this often (batches)
   // Lightning's enable_progress_bar: when no ProgressBar is among |callbacks|, the Trainer adds
   // one on stdout (a bar on a terminal, one line per epoch otherwise). false: no progress output.
   bool enable_progress_bar = true;
+  // false: no ModelCheckpoint may be among |callbacks| (Lightning's enable_checkpointing; the
+  // Trainer adds none by itself, so a run writes no file unless asked).
+  bool enable_checkpointing = true;
+  std::filesystem::path default_root_dir;  // where callbacks without a path write ("." if empty)
   std::vector<std::shared_ptr<Callback>> callbacks;
-};
-
-// Loss and accuracy over a dataset.
-struct EvalResult {
-  double loss = 0, accuracy = 0;
-  std::int64_t samples = 0;
+  std::uint64_t seed = 0;  // Dropout's masks derive from it (initialisation is the caller's)
 };
 
 // One Trainer runs one fit at a time on the thread that calls it.
 class Trainer {
  public:
-  // Resolves the device now. Throws ConfigError for an unknown accelerator name (listing the
-  // valid ones) or a bad option (max_epochs or batch_size below 1, a negative limit, a
-  // ProgressBar among the callbacks with enable_progress_bar false), DeviceUnavailable for an
-  // accelerator that can not run (listing those that can), ConfigError when |devices| is more
+  // Resolves the device now. Throws ConfigError naming the option and its valid range for a bad
+  // option (max_epochs 0 or below -1, max_epochs -1 without max_steps, max_steps 0 or below -1,
+  // a negative limit, val_check_interval not in (0, 1] nor an integer > 1, check_val_every_n_epoch,
+  // accumulate_grad_batches or log_every_n_steps below 1, gradient_clip_val negative or not
+  // finite, gradient_clip_algorithm not norm/value, a ProgressBar among the callbacks with
+  // enable_progress_bar false, a ModelCheckpoint with enable_checkpointing false, two callbacks of
+  // one state_key) or an unknown accelerator name (listing the valid ones), DeviceUnavailable for
+  // an accelerator that can not run (listing those that can), ConfigError when |devices| is more
   // than the accelerator has.
   explicit Trainer(TrainerOptions options);
 
   Device& device() const { return *device_; }
   const TrainerOptions& options() const { return options_; }
 
-  // Trains |model| on |train| with |optimizer| (built over model's parameters) for the epochs
-  // left until max_epochs, evaluating on |test| (when given) after each. With |ckpt_path| the
-  // run continues from that checkpoint (load_checkpoint: every field is checked first):
-  // parameters, optimizer state, epoch, step, seed and history, so that the result is
-  // bit-identical to an uninterrupted run on the same device. A checkpoint that already reached
-  // max_epochs leaves nothing to train: fit calls on_fit_start and on_fit_end, trains nothing and
-  // says so (the progress bar prints it; the log at info level). Throws InvalidArgument before
-  // training when |train| or |test| has no samples; the errors of load_checkpoint and of the
-  // callbacks otherwise.
-  void fit(Module& model, Optimizer& optimizer, const Dataset& train, const Dataset* test = nullptr,
+  // Trains |module| on |train|, validating on |val| (when given) as val_check_interval and
+  // check_val_every_n_epoch say, until max_epochs or max_steps is reached or should_stop is set.
+  // The module is moved to the device first, then configure_optimizers is called. With
+  // |ckpt_path| the run continues from that checkpoint (load_checkpoint: every field is checked
+  // first): the module's tensors, optimizer and scheduler state, epoch, step, position in the
+  // epoch, history and callbacks' state, so that the result is bit-identical to an uninterrupted
+  // run on the same device. A checkpoint that already reached max_epochs or max_steps leaves
+  // nothing to train: fit calls on_fit_start and on_fit_end and trains nothing (the progress bar
+  // says so). Throws InvalidArgument before training when |train| or |val| has no batches;
+  // ConfigError for a bad OptimizerConfig, a val_check_interval of more batches than an epoch
+  // has, or a monitored metric that was never logged (naming it and the logged ones); Error when
+  // the training loss becomes NaN or infinite; the errors of load_checkpoint, of the module and of
+  // the callbacks otherwise.
+  void fit(LightningModule& module, DataLoader& train, DataLoader* val = nullptr,
            const std::filesystem::path& ckpt_path = {});
-  // Loss and accuracy of |model| on |data| (evaluation mode, no gradients). Throws
-  // InvalidArgument naming the dataset when it has no samples: an accuracy of nothing is not 0%.
-  EvalResult evaluate(Module& model, const Dataset& data);
+  // One validation run of |module| on |data| (evaluation mode, no gradients recorded): the
+  // metrics it logged (epoch means). Throws InvalidArgument when |data| has no batches.
+  std::map<std::string, double> validate(LightningModule& module, DataLoader& data);
 
   // For callbacks, valid during fit.
-  Module& model() const { return *model_; }
-  Optimizer& optimizer() const { return *optimizer_; }
+  LightningModule& module() const { return *module_; }
+  Optimizer& optimizer() const { return *config_.optimizer; }
+  LRScheduler* lr_scheduler() const { return config_.lr_scheduler.get(); }
   const TrainingProgress& progress() const { return progress_; }
+  // Lightning's current_epoch (0-based: the epoch being trained, or the number done) and
+  // global_step (optimizer steps).
+  std::int64_t current_epoch() const { return progress_.epoch; }
+  std::int64_t global_step() const { return progress_.global_step; }
+  // The latest value of every metric: step values as read back, epoch means after each epoch,
+  // validation means after each validation (Lightning's trainer.callback_metrics).
+  const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
+  // The value of |monitor| in callback_metrics; ConfigError naming |who|, the metric and the
+  // logged ones when it was never logged (Lightning's MisconfigurationException).
+  double monitored(const std::string& monitor, const std::string& who) const;
+  bool has_validation() const { return val_ != nullptr; }
   bool resumed() const { return resumed_; }
   // The checkpoint this fit resumed from (empty when it did not); callbacks never write it.
   const std::filesystem::path& resumed_from() const { return resumed_from_; }
+  // Whether fit has nothing to train (max_epochs or max_steps already reached).
+  bool finished() const;
+  // Writes a checkpoint of the fit's state now (for ModelCheckpoint).
+  void save_checkpoint(const std::filesystem::path& path) const;
+  double lr() const;
+
+  // Set (by EarlyStopping, or any callback) to end the fit after the current validation or
+  // epoch.
+  bool should_stop = false;
 
  private:
+  struct Fit;
+  void run_validation(Fit& fit);
+  std::map<std::string, double> validation_loop(LightningModule& module, DataLoader& data);
+  void end_epoch(Fit& fit, bool completed);
+  void record_row(MetricsRow row);
+
   TrainerOptions options_;
   Device* device_ = nullptr;
-  Module* model_ = nullptr;
-  Optimizer* optimizer_ = nullptr;
+  LightningModule* module_ = nullptr;
+  DataLoader* val_ = nullptr;
+  OptimizerConfig config_;
   TrainingProgress progress_;
+  std::map<std::string, double> callback_metrics_;
   bool resumed_ = false;
   std::filesystem::path resumed_from_;
 };
-
-// One optimisation step on a batch: forward, cross-entropy against i32 |labels|, backward and
-// the optimizer's update (gradients zeroed first). The results are still being computed on the
-// device when it returns; reading them waits. Used by Trainer::fit and tessera-bench.
-struct StepResult {
-  Variable loss, logits;
-};
-StepResult training_step(Module& model, Optimizer& optimizer, const Tensor& x,
-                         const Tensor& labels);
 
 // The device an accelerator name and device count select, with the Trainer's errors.
 Device& resolve_accelerator(const std::string& accelerator, int devices);
