@@ -1,6 +1,8 @@
-// tessera-train: trains an MLP or a CNN on Fashion-MNIST (or MNIST) on the device TESSERA_DEVICE
-// (or --accelerator) picks, through the Trainer (an ImageClassifier over the network), with
-// checkpoints, resume, a CSV of per-epoch metrics and a plot.
+// tessera-train: trains an MLP, a CNN or a ResNet on Fashion-MNIST (or MNIST), or a
+// character-level GPT on a text (Debian's fortunes by default), on the device TESSERA_DEVICE (or
+// --accelerator) picks, through the Trainer (an ImageClassifier over the network, or a
+// LanguageModel), with checkpoints, resume, a CSV of metrics, a plot and a weights-only file.
+// Each model's recipe (train_recipes.h) gives the defaults; every flag overrides its part.
 //
 // Exit status: 0 when training finished, 1 when it failed (the message says why), 2 for a bad
 // command line.
@@ -16,22 +18,14 @@
 
 #include "tessera/tessera.h"
 #include "tessera/train/train.h"
+#include "train_recipes.h"
 
 namespace po = boost::program_options;
 using namespace tessera;
 using namespace tessera::train;
+using tessera::apps::TrainArgs;
 
 namespace {
-
-struct Args {
-  std::string model = "mlp", optimizer = "adam", data = kDefaultFashionMnistDir;
-  std::string accelerator = "auto", checkpoint_dir, metrics, plot;
-  int epochs = 10, devices = 1;
-  std::int64_t batch_size = 128, limit_train = 0, limit_test = 0, max_steps = -1, accumulate = 1;
-  double lr = -1, momentum = 0.9, weight_decay = 0, val_every = 1.0, grad_clip = 0;
-  std::uint64_t seed = 0;
-  bool resume = false, quiet = false;
-};
 
 // Counts the epochs a fit trains (none when the checkpoint resumed from reached --epochs).
 struct EpochCounter final : Callback {
@@ -39,27 +33,37 @@ struct EpochCounter final : Callback {
   void on_train_epoch_end(Trainer&) override { ++count; }
 };
 
-OptimizerConfig make_optimizer(const Args& a, Module& model) {
-  OptimizerConfig c;
-  if (a.optimizer == "sgd") {
-    SgdOptions o;
-    o.lr = static_cast<float>(a.lr > 0 ? a.lr : 0.05);
-    o.momentum = static_cast<float>(a.momentum);
-    o.weight_decay = static_cast<float>(a.weight_decay);
-    c.optimizer = std::make_shared<SGD>(model.named_parameters(), o);
-  } else if (a.optimizer == "adam") {
-    AdamOptions o;
-    o.lr = static_cast<float>(a.lr > 0 ? a.lr : 1e-3);
-    o.weight_decay = static_cast<float>(a.weight_decay);
-    c.optimizer = std::make_shared<Adam>(model.named_parameters(), o);
-  } else {
-    throw ConfigError(fmt::format("--optimizer {}: use sgd or adam", a.optimizer));
+// After each validation of a GPT: the validation loss and a sample of its text (nanoGPT's
+// sample.py settings: temperature 0.8, top-k 200), the same seed each time.
+struct TextSample final : Callback {
+  TextSample(std::int64_t c, std::uint64_t s) : chars(c), seed(s) {}
+  void on_validation_end(Trainer& t) override {
+    const auto loss = t.callback_metrics().find("val_loss");
+    std::string sample;
+    if (chars > 0 && model) sample = model->generate_text("", chars, 0.8, 200, seed);
+    std::fflush(stdout);
+    fmt::print("\nstep {}: val_loss {:.4f} nats/char{}\n{}\n", t.global_step(),
+               loss == t.callback_metrics().end() ? NAN : loss->second,
+               chars > 0 ? "; a sample:" : "", sample);
+    std::fflush(stdout);
   }
-  return c;
+  LanguageModel* model = nullptr;  // set once it is built
+  std::int64_t chars;
+  std::uint64_t seed;
+};
+
+std::filesystem::path resume_path(const TrainArgs& a) {
+  if (!a.resume) return {};
+  if (a.checkpoint_dir.empty())
+    throw ConfigError("--resume needs --checkpoint-dir, the directory of the checkpoints");
+  auto latest = latest_checkpoint(a.checkpoint_dir);
+  if (!latest)
+    throw FileError(
+        fmt::format("--resume: no checkpoint (epoch-NNNN.safetensors) in {}", a.checkpoint_dir));
+  return *latest;
 }
 
-int run(const Args& a) {
-  const auto t0 = std::chrono::steady_clock::now();
+TrainerOptions trainer_options(const TrainArgs& a, const std::shared_ptr<EpochCounter>& epochs) {
   TrainerOptions to;
   to.accelerator = a.accelerator;
   to.devices = a.devices;
@@ -68,21 +72,10 @@ int run(const Args& a) {
   to.seed = a.seed;
   to.limit_train_batches = a.limit_train;
   to.limit_val_batches = a.limit_test;
-  to.val_check_interval = a.val_every;
+  to.val_check_interval = a.model == "gpt" ? 1.0 : a.val_every;
   to.gradient_clip_val = a.grad_clip;
   to.accumulate_grad_batches = a.accumulate;
   to.enable_progress_bar = !a.quiet;
-
-  std::filesystem::path resume_from;
-  if (a.resume) {
-    if (a.checkpoint_dir.empty())
-      throw ConfigError("--resume needs --checkpoint-dir, the directory of the checkpoints");
-    auto latest = latest_checkpoint(a.checkpoint_dir);
-    if (!latest)
-      throw FileError(
-          fmt::format("--resume: no checkpoint (epoch-NNNN.safetensors) in {}", a.checkpoint_dir));
-    resume_from = *latest;
-  }
   // Check what can fail early before any work: options, gnuplot, then the device and the data.
   std::shared_ptr<Callback> plot;
   if (!a.plot.empty()) plot = std::make_shared<LossPlot>(a.plot);
@@ -90,59 +83,145 @@ int run(const Args& a) {
   if (!a.checkpoint_dir.empty())
     to.callbacks.push_back(std::make_shared<ModelCheckpoint>(a.checkpoint_dir));
   if (plot) to.callbacks.push_back(plot);
-  auto epochs = std::make_shared<EpochCounter>();
   to.callbacks.push_back(epochs);
+  return to;
+}
 
-  Trainer trainer(to);
+void nothing_to_train(const TrainArgs& a, const Trainer& trainer,
+                      const std::filesystem::path& from) {
+  const TrainingProgress& progress = trainer.progress();
+  if (a.max_steps >= 0 && progress.global_step >= a.max_steps)
+    fmt::print(
+        "Nothing to train: {} already has {} step(s) and --max-steps is {}; pass a larger "
+        "--max-steps to train on.\n",
+        from.string(), progress.global_step, a.max_steps);
+  else
+    fmt::print(
+        "Nothing to train: {} already has {} epoch(s) and --epochs is {}; pass --epochs {} or "
+        "more to train on.\n",
+        from.string(), progress.epoch, a.epochs, progress.epoch + 1);
+}
+
+// The latest value of |metric| in the history (a resumed run restores it) and its step.
+std::optional<std::pair<double, std::int64_t>> latest(const Trainer& t, const std::string& metric) {
+  const auto& h = t.progress().history;
+  for (auto row = h.rbegin(); row != h.rend(); ++row)
+    if (auto it = row->metrics.find(metric); it != row->metrics.end() && !std::isnan(it->second))
+      return std::pair{it->second, row->step};
+  return std::nullopt;
+}
+
+void print_fallbacks() {
+  for (const FallbackRoute& r : fallback_stats())
+    if (r.ops > 0)
+      fmt::print("Fallback: {} op(s) ran on {} instead of {} ({} moved)\n", r.ops, r.to, r.from,
+                 format_bytes(r.bytes));
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int run_images(const TrainArgs& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::filesystem::path resume_from = resume_path(a);
+  auto epochs = std::make_shared<EpochCounter>();
+  Trainer trainer(trainer_options(a, epochs));
   const Dataset train_set = load_mnist_split(a.data, "train");
   const Dataset test_set = load_mnist_split(a.data, "t10k");
 
   LoaderOptions lo;
   lo.batch_size = a.batch_size;
   lo.seed = a.seed;
+  if (a.augment) {
+    lo.random_crop_padding = 2;
+    lo.random_horizontal_flip = true;
+  }
   ImageDataLoader train_loader(train_set, lo);
   lo.shuffle = false;
+  lo.random_crop_padding = 0;
+  lo.random_horizontal_flip = false;
   ImageDataLoader test_loader(test_set, lo);
+
+  std::int64_t batches = train_loader.num_batches();
+  if (a.limit_train > 0) batches = std::min(batches, a.limit_train);
+  const std::int64_t per_epoch = (batches + a.accumulate - 1) / a.accumulate;
+  const std::int64_t total = a.max_steps > 0 ? a.max_steps : a.epochs * per_epoch;
 
   Generator gen(derive_seed(a.seed, 0x1417));
   std::shared_ptr<Module> net;
   {
     DeviceGuard guard(trainer.device());
-    net = make_model(a.model, gen);
+    net = tessera::apps::make_image_net(a, gen);
   }
-  ImageClassifier model(net, [&](Module& m) { return make_optimizer(a, m); });
+  ImageClassifier model(
+      net, [&](Module& m) { return tessera::apps::make_image_optimizer(a, m, total); });
   trainer.fit(model, train_loader, &test_loader, resume_from);
 
-  const TrainingProgress& progress = trainer.progress();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const Device& dev = trainer.device();
-  if (epochs->count == 0) {
-    if (a.max_steps >= 0 && progress.global_step >= a.max_steps)
-      fmt::print(
-          "Nothing to train: {} already has {} step(s) and --max-steps is {}; pass a larger "
-          "--max-steps to train on.\n",
-          resume_from.string(), progress.global_step, a.max_steps);
-    else
-      fmt::print(
-          "Nothing to train: {} already has {} epoch(s) and --epochs is {}; pass --epochs {} or "
-          "more to train on.\n",
-          resume_from.string(), progress.epoch, a.epochs, progress.epoch + 1);
+  if (epochs->count == 0) nothing_to_train(a, trainer, resume_from);
+  if (const auto acc = latest(trainer, "val_acc"))
+    fmt::print("Test accuracy: {:.2f}% after {} epoch(s), {} step(s) | {:.1f} s | {} on {} ({})\n",
+               100 * acc->first, trainer.progress().epoch, acc->second, since(t0), a.model,
+               dev.id(), dev.info().name);
+  if (!a.save_weights.empty()) {
+    save(*net, a.save_weights);
+    fmt::print("Weights: {} ({} parameters; docs/models.md loads them into PyTorch)\n",
+               a.save_weights, net->num_parameters());
   }
-  // The latest validation's accuracy, from the history (a resumed run restores it).
-  for (auto row = progress.history.rbegin(); row != progress.history.rend(); ++row)
-    if (auto acc = row->metrics.find("val_acc"); acc != row->metrics.end()) {
-      fmt::print(
-          "Test accuracy: {:.2f}% after {} epoch(s), {} step(s) | {:.1f} s | {} on {} "
-          "({})\n",
-          100 * acc->second, progress.epoch, row->step, seconds, a.model, dev.id(),
-          dev.info().name);
-      break;
-    }
-  for (const FallbackRoute& r : fallback_stats())
-    if (r.ops > 0)
-      fmt::print("Fallback: {} op(s) ran on {} instead of {} ({} moved)\n", r.ops, r.to, r.from,
-                 format_bytes(r.bytes));
+  print_fallbacks();
+  return 0;
+}
+
+int run_gpt(const TrainArgs& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::filesystem::path resume_from = resume_path(a);
+  auto epochs = std::make_shared<EpochCounter>();
+  TrainerOptions to = trainer_options(a, epochs);
+
+  const TextCorpus corpus = load_text(a.text);
+  TextSplitOptions so;
+  so.seed = a.seed;
+  const TextSplit split = split_text(corpus, so);
+  TextLoaderOptions lo;
+  lo.batch_size = a.batch_size;
+  lo.context = a.context;
+  lo.seed = a.seed;
+  // An epoch is the stretch between two validations: --val-every optimizer steps.
+  lo.batches_per_epoch = static_cast<std::int64_t>(a.val_every) * a.accumulate;
+  TextBatchLoader train_loader(split, lo);
+  lo.part = TextPart::val;
+  lo.eval_batches = a.limit_test;
+  TextBatchLoader val_loader(split, lo);
+
+  auto sample = std::make_shared<TextSample>(a.sample_chars, a.seed);
+  if (!a.quiet) to.callbacks.push_back(sample);
+  Trainer trainer(to);
+  std::shared_ptr<LanguageModel> model;
+  {
+    DeviceGuard guard(trainer.device());
+    Generator gen(derive_seed(a.seed, 0x1417));
+    model = std::make_shared<LanguageModel>(tessera::apps::gpt_config(a), split.vocab,
+                                            tessera::apps::gpt_options(a), &gen);
+  }
+  sample->model = model.get();
+  if (!a.quiet)
+    fmt::print("{}: {} bytes, {} characters; train {} / val {} bytes | GPT {:.2f} M parameters\n",
+               corpus.name, corpus.text.size(), corpus.vocab.size(), split.train->size(),
+               split.val->size(), static_cast<double>(model->num_parameters()) / 1e6);
+  trainer.fit(*model, train_loader, &val_loader, resume_from);
+
+  const Device& dev = trainer.device();
+  if (epochs->count == 0) nothing_to_train(a, trainer, resume_from);
+  if (const auto loss = latest(trainer, "val_loss"))
+    fmt::print("Validation loss: {:.4f} nats/char after {} step(s) | {:.1f} s | gpt on {} ({})\n",
+               loss->first, loss->second, since(t0), dev.id(), dev.info().name);
+  if (!a.save_weights.empty()) {
+    save_language_model(*model, a.save_weights);
+    fmt::print("Weights: {} (sample with: tessera-generate {} --prompt TEXT)\n", a.save_weights,
+               a.save_weights);
+  }
+  print_fallbacks();
   return 0;
 }
 
@@ -154,36 +233,50 @@ std::string as_written(double v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args a;
+  TrainArgs a;
   po::options_description opts(
-      "tessera-train: train a model on Fashion-MNIST on the device TESSERA_DEVICE picks\n\n"
-      "Usage: tessera-train [options]\n\nOptions");
+      "tessera-train: train a model on Fashion-MNIST (mlp, cnn, resnet) or on a text (gpt) on the "
+      "device TESSERA_DEVICE picks\n\nUsage: tessera-train [options]\n\n"
+      "Defaults marked * depend on --model (its recipe; docs/models.md).\n\nOptions");
   // clang-format off
   opts.add_options()
       ("help,h", "show this help")
-      ("model", po::value(&a.model)->default_value(a.model), "mlp (784-512-512-10) or cnn")
-      ("epochs", po::value(&a.epochs)->default_value(a.epochs), "train until this many epochs are done")
-      ("batch-size", po::value(&a.batch_size)->default_value(a.batch_size), "samples per step")
-      ("optimizer", po::value(&a.optimizer)->default_value(a.optimizer), "sgd (momentum 0.9) or adam")
-      ("lr", po::value(&a.lr), "learning rate (default: 0.05 for sgd, 0.001 for adam)")
+      ("model", po::value(&a.model)->default_value(a.model), "mlp (784-512-512-10), cnn, resnet (CIFAR ResNet, --depth, --width) or gpt (character-level, --text)")
+      ("epochs", po::value(&a.epochs), "train until this many epochs are done (default 10; gpt: no limit, an epoch is --val-every steps)")
+      ("max-steps", po::value(&a.max_steps), "stop after this many optimizer steps, within an epoch if need be (-1: no limit; gpt: 5000)")
+      ("batch-size", po::value(&a.batch_size), "samples per step (128; gpt: 64)")
+      ("optimizer", po::value(&a.optimizer), "sgd, adam or adamw (* mlp, cnn: adam; resnet: sgd; gpt: adamw)")
+      ("lr", po::value(&a.lr), "learning rate (* sgd 0.05, adam 0.001; resnet 0.1; gpt 0.001)")
       ("momentum", po::value(&a.momentum)->default_value(a.momentum, as_written(a.momentum)), "SGD momentum")
-      ("weight-decay", po::value(&a.weight_decay)->default_value(a.weight_decay, as_written(a.weight_decay)), "L2 weight decay")
-      ("seed", po::value(&a.seed)->default_value(a.seed), "seed of initialisation, shuffling and dropout")
+      ("nesterov", po::value(&a.nesterov), "SGD with Nesterov momentum (* resnet: true)")
+      ("weight-decay", po::value(&a.weight_decay), "weight decay (* 0; resnet 5e-4; gpt 0.1, on matrices only)")
+      ("scheduler", po::value(&a.scheduler), "none, step, cosine or onecycle, stepped per step (* none; resnet onecycle; gpt cosine to lr/10)")
+      ("warmup-steps", po::value(&a.warmup_steps), "linear warmup steps before a cosine schedule (* 0; gpt 100)")
+      ("grad-clip", po::value(&a.grad_clip), "clip the gradients' total L2 norm to this (0: off; * gpt 1)")
+      ("accumulate", po::value(&a.accumulate)->default_value(a.accumulate), "batches whose gradients are summed (mean loss) into one optimizer step")
+      ("val-every", po::value(&a.val_every),
+       "validate every this fraction of an epoch (0 < F <= 1) or this many batches (N > 1) (* 1; gpt: every N steps, 250)")
+      ("depth", po::value(&a.depth)->default_value(a.depth), "resnet: layers, 6n+2 (8, 14, 20, 32, 44, 56, 110)")
+      ("width", po::value(&a.width), "resnet: channels of the first stage (16); gpt: embedding width (384)")
+      ("layers", po::value(&a.layers)->default_value(a.layers), "gpt: transformer blocks")
+      ("heads", po::value(&a.heads)->default_value(a.heads), "gpt: attention heads (divides --width)")
+      ("context", po::value(&a.context)->default_value(a.context), "gpt: context length in characters (block size)")
+      ("dropout", po::value(&a.dropout)->default_value(a.dropout, as_written(a.dropout)), "gpt: dropout")
+      ("text", po::value(&a.text)->default_value(a.text), "gpt: a text file, or a directory of them (Debian's fortunes by default)")
+      ("sample-chars", po::value(&a.sample_chars)->default_value(a.sample_chars), "gpt: characters of the sample printed at each validation (0: none)")
+      ("augment", po::bool_switch(&a.augment), "images: random crops (padding 2) and horizontal flips")
+      ("seed", po::value(&a.seed)->default_value(a.seed), "seed of initialisation, shuffling, windows and dropout")
       ("data", po::value(&a.data)->default_value(a.data), "directory of the IDX files (train-*, t10k-*)")
       ("accelerator", po::value(&a.accelerator)->default_value(a.accelerator),
        "auto (TESSERA_DEVICE, else the best device), cpu, vulkan, opencl, a plugin's name, or vulkan:1")
       ("devices", po::value(&a.devices)->default_value(a.devices), "number of devices (1)")
       ("checkpoint-dir", po::value(&a.checkpoint_dir), "write DIR/epoch-NNNN.safetensors after each epoch")
       ("resume", po::bool_switch(&a.resume), "continue from the newest checkpoint in --checkpoint-dir")
-      ("metrics", po::value(&a.metrics), "write per-epoch metrics to this CSV file")
+      ("save-weights", po::value(&a.save_weights), "write the trained weights (PyTorch's names; a GPT with its vocabulary) to this .safetensors file")
+      ("metrics", po::value(&a.metrics), "write metrics to this CSV file")
       ("plot", po::value(&a.plot), "draw loss and accuracy curves into this .png/.svg/.pdf (gnuplot)")
       ("limit-train-batches", po::value(&a.limit_train)->default_value(a.limit_train), "train on this many batches per epoch (0: all)")
       ("limit-test-batches", po::value(&a.limit_test)->default_value(a.limit_test), "evaluate on this many batches (0: all)")
-      ("max-steps", po::value(&a.max_steps)->default_value(a.max_steps), "stop after this many optimizer steps, within an epoch if need be (-1: no limit)")
-      ("val-every", po::value(&a.val_every)->default_value(a.val_every, as_written(a.val_every)),
-       "evaluate on the test set every this fraction of an epoch (0 < F <= 1) or this many batches (N > 1)")
-      ("grad-clip", po::value(&a.grad_clip)->default_value(a.grad_clip, as_written(a.grad_clip)), "clip the gradients' total L2 norm to this (0: off)")
-      ("accumulate", po::value(&a.accumulate)->default_value(a.accumulate), "batches whose gradients are summed (mean loss) into one optimizer step")
       ("quiet,q", po::bool_switch(&a.quiet), "no progress output, only the summary");
   // clang-format on
   po::variables_map vm;
@@ -198,30 +291,13 @@ int main(int argc, char** argv) {
     std::cout << opts << "\n";
     return 0;
   }
-  for (const auto& [bad, ok] :
-       {std::pair{a.model != "mlp" && a.model != "cnn", "--model: use mlp or cnn"},
-        std::pair{a.optimizer != "sgd" && a.optimizer != "adam", "--optimizer: use sgd or adam"},
-        std::pair{a.epochs < 1, "--epochs: use 1 or more"},
-        std::pair{a.batch_size < 1, "--batch-size: use 1 or more"},
-        std::pair{a.devices < 1, "--devices: use 1 or more"},
-        std::pair{a.limit_train < 0, "--limit-train-batches: use 0 (all) or more"},
-        std::pair{a.limit_test < 0, "--limit-test-batches: use 0 (all) or more"},
-        std::pair{!(a.momentum >= 0), "--momentum: use 0 or more"},
-        std::pair{!(a.weight_decay >= 0), "--weight-decay: use 0 or more"},
-        std::pair{vm.count("lr") && !(a.lr > 0), "--lr: use a positive number"},
-        std::pair{a.max_steps < 1 && a.max_steps != -1,
-                  "--max-steps: use 1 or more, or -1 (no limit)"},
-        std::pair{!(a.val_every > 0) || (a.val_every > 1 && a.val_every != std::floor(a.val_every)),
-                  "--val-every: use a fraction in (0, 1] or a whole number of batches above 1"},
-        std::pair{!(a.grad_clip >= 0) || !std::isfinite(a.grad_clip),
-                  "--grad-clip: use 0 (off) or a positive number"},
-        std::pair{a.accumulate < 1, "--accumulate: use 1 or more"}})
-    if (bad) {
-      std::cerr << "tessera-train: " << ok << "\n";
-      return 2;
-    }
+  tessera::apps::apply_recipe(a, vm);
+  if (const std::string bad = tessera::apps::check_args(a); !bad.empty()) {
+    std::cerr << "tessera-train: " << bad << "\n";
+    return 2;
+  }
   try {
-    return run(a);
+    return a.model == "gpt" ? run_gpt(a) : run_images(a);
   } catch (const ConfigError& e) {
     std::cerr << "tessera-train: " << e.what() << "\n";
     return 2;

@@ -14,6 +14,7 @@
 #include "tessera/errors.h"
 #include "tessera/log.h"
 #include "tessera/ops.h"
+#include "tessera/train/lightning.h"
 #include "tessera/train/safetensors.h"
 #include "trainer_steps.h"
 
@@ -26,6 +27,7 @@ namespace {
 constexpr std::string_view kOptimizerPrefix = "optimizer.";
 constexpr std::string_view kSchedulerPrefix = "scheduler.";
 constexpr std::string_view kCallbackPrefix = "callback.";
+constexpr std::string_view kHparamsPrefix = "hparams.";  // LightningModule::hyperparameters()
 constexpr const char* kFormat = "tessera-checkpoint-2";
 
 nlohmann::json number(double v) {
@@ -180,6 +182,8 @@ void save_checkpoint(const fs::path& path, Module& model, const Optimizer& optim
     for (const auto& [k, v] : state) o[k] = v;
     meta[std::string(kCallbackPrefix) + key] = o.dump();
   }
+  if (const auto* lm = dynamic_cast<const LightningModule*>(&model))
+    for (const auto& [k, v] : lm->hyperparameters()) meta[std::string(kHparamsPrefix) + k] = v;
   save_safetensors(path, tensors, meta);
 }
 
@@ -211,11 +215,13 @@ TrainingProgress load_checkpoint(const fs::path& path, Module& model, Optimizer&
           malformed(path, fmt::format("metadata '{}' entry '{}' is not a string", k, name));
         state[name] = value.get<std::string>();
       }
+    } else if (k.starts_with(kHparamsPrefix)) {
+      // The module's hyperparameters: what rebuilds it (tessera-generate), not training state.
     } else if (!kKeys.count(k)) {
       malformed(path, fmt::format("metadata '{}' is not part of a checkpoint (it has {}, and "
-                                  "keys starting {}, {} or {})",
+                                  "keys starting {}, {}, {} or {})",
                                   k, fmt::join(kKeys, ", "), kOptimizerPrefix, kSchedulerPrefix,
-                                  kCallbackPrefix));
+                                  kCallbackPrefix, kHparamsPrefix));
     }
   }
   auto meta = [&](const std::string& key) -> const std::string& {

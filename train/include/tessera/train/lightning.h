@@ -67,6 +67,11 @@ class LightningModule : public Module {
   void log(const std::string& name, const Tensor& value, LogOptions options = {});
   void log(const std::string& name, double value, LogOptions options = {});
 
+  // What rebuilds this module (Lightning's hparams, saved in checkpoints as
+  // "hyper_parameters"): save_checkpoint writes each entry as metadata "hparams.KEY"; empty by
+  // default. LanguageModel's holds the GPT's configuration and vocabulary (tessera-generate).
+  virtual std::map<std::string, std::string> hyperparameters() const { return {}; }
+
   // The Trainer running this module (nullptr outside fit/validate).
   Trainer* trainer() const { return trainer_; }
 

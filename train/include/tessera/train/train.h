@@ -10,6 +10,7 @@
 #include "tessera/train/data_loader.h"
 #include "tessera/train/image_loader.h"
 #include "tessera/train/init.h"
+#include "tessera/train/language_model.h"
 #include "tessera/train/layers.h"
 #include "tessera/train/lightning.h"
 #include "tessera/train/lr_scheduler.h"
@@ -19,4 +20,5 @@
 #include "tessera/train/random.h"
 #include "tessera/train/safetensors.h"
 #include "tessera/train/serialize.h"
+#include "tessera/train/text_data.h"
 #include "tessera/train/trainer.h"
