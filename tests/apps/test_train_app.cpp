@@ -51,9 +51,9 @@ std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
 }  // namespace
 
 TEST(TesseraTrain, BadCommandLinesExitWithTwoAndSayWhy) {
-  Result r = run("", train("--model resnet"));
+  Result r = run("", train("--model transformer"));
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("--model: use mlp or cnn"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--model: use mlp, cnn, resnet or gpt"), std::string::npos) << r.err;
   r = run("", train("--epochs 0"));
   EXPECT_EQ(r.code, 2);
   r = run("", train("--resume"));
