@@ -121,9 +121,9 @@ class Module : public std::enable_shared_from_this<Module> {
   // Variable see the new value). Every entry is checked first: a key given twice or holding an
   // undefined tensor, a shape or dtype that differs from the module's, different values for the
   // two names of one tied parameter (GPT's transformer.wte.weight and lm_head.weight; always
-  // errors), and in strict mode missing and unexpected keys. Any problem throws InvalidArgument listing all of
-  // them, as torch does ("Error(s) in loading state_dict for Net:\n\tMissing key(s) in
-  // state_dict: \"fc.bias\". ..."), and changes nothing. Returns the keys skipped (non-strict).
+  // errors), and in strict mode missing and unexpected keys. Any problem throws InvalidArgument
+  // listing all of them, as torch does ("Error(s) in loading state_dict for Net:\n\tMissing key(s)
+  // in state_dict: \"fc.bias\". ..."), and changes nothing. Returns the keys skipped (non-strict).
   IncompatibleKeys load_state_dict(const StateDict& state, bool strict = true);
 
   // --- mode, device, gradients ---
