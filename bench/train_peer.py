@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 
 import torch
 from torch import nn
@@ -80,9 +81,19 @@ def adamw_recipe(model, lr, warmup, max_steps):
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.99), eps=1e-8)
     sched = torch.optim.lr_scheduler
-    warm = sched.LinearLR(opt, start_factor=1.0 / warmup, end_factor=1.0, total_iters=warmup - 1)
-    cosine = sched.CosineAnnealingLR(opt, T_max=max_steps - warmup, eta_min=lr / 10)
-    return opt, sched.SequentialLR(opt, [warm, cosine], milestones=[warmup])
+    # PyTorch 1.13's SequentialLR steps its schedulers with an epoch argument and warns about it.
+    warnings.filterwarnings("ignore", message="The epoch parameter", category=UserWarning)
+    # As tessera-train's LanguageModel: a warm-up only when it is longer than one step, a cosine
+    # only when steps remain after it, chained when both.
+    parts = []
+    if warmup > 1:  # factor (step + 1) / warmup at steps 0 .. warmup - 1
+        parts.append(sched.LinearLR(opt, start_factor=1.0 / warmup, end_factor=1.0,
+                                    total_iters=warmup - 1))
+    if max_steps > warmup:
+        parts.append(sched.CosineAnnealingLR(opt, T_max=max_steps - warmup, eta_min=lr / 10))
+    if len(parts) == 2:
+        return opt, sched.SequentialLR(opt, parts, milestones=[warmup])
+    return opt, parts[0] if parts else sched.LambdaLR(opt, lambda step: 1.0)
 
 
 def job(name, device, a, total_steps):
