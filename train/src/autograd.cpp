@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "autograd_nn.h"
+#include "tessera/device.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 
@@ -81,6 +82,33 @@ const Tensor& Variable::grad() const {
 }
 void Variable::zero_grad() {
   node_of(*this).grad = Tensor();
+}
+
+void Variable::set_grad(Tensor grad) {
+  Node& n = node_of(*this);
+  if (!n.leaf)
+    throw InvalidArgument(
+        "set_grad: only a leaf Variable keeps a gradient; this one was computed by an op");
+  if (grad.defined()) {
+    if (!(grad.shape() == n.value.shape()))
+      throw InvalidArgument(fmt::format("set_grad: gradient shape {} differs from the value's {}",
+                                        grad.shape().str(), n.value.shape().str()));
+    if (grad.dtype() != n.value.dtype())
+      throw InvalidArgument(fmt::format("set_grad: gradient dtype {} differs from the value's {}",
+                                        dtype_name(grad.dtype()), dtype_name(n.value.dtype())));
+    if (&grad.device() != &n.value.device())
+      throw InvalidArgument(fmt::format("set_grad: gradient on {} but the value is on {}",
+                                        grad.device().id(), n.value.device().id()));
+  }
+  n.grad = std::move(grad);
+}
+
+Tensor& Variable::mutable_grad() {
+  Node& n = node_of(*this);
+  if (!n.leaf)
+    throw InvalidArgument(
+        "mutable_grad: only a leaf Variable keeps a gradient; this one was computed by an op");
+  return n.grad;
 }
 
 void Variable::set_value(Tensor value) {

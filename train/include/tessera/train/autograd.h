@@ -41,6 +41,15 @@ class Variable {
   const Tensor& grad() const;
   // Drops the gradient (PyTorch's set_to_none), so the next backward() starts from nothing.
   void zero_grad();
+  // Replaces the gradient of a leaf, as assigning torch's tensor.grad: |grad| must have the
+  // value's shape, dtype and device; an undefined tensor drops the gradient. Throws
+  // InvalidArgument for a non-leaf, or naming the shape, dtype or device that differs.
+  void set_grad(Tensor grad);
+  // The gradient of a leaf for assigning or writing in place (LibTorch's mutable_grad()); the
+  // caller keeps it of the value's shape, dtype and device. A gradient left by backward() may
+  // be the very tensor another leaf holds (the gradients of a + b): assign a new tensor rather
+  // than write into one you did not set. Throws InvalidArgument for a non-leaf.
+  Tensor& mutable_grad();
   // Replaces the value of a leaf (moving a parameter to a device, loading a checkpoint). Throws
   // InvalidArgument for a non-leaf or a different shape.
   void set_value(Tensor value);
