@@ -375,6 +375,7 @@ json train_result(const std::vector<json>& ours, const std::vector<json>& peer_r
   const json p = median_round(theirs);
   r["peer"] = p["peer"];
   if (p.contains("threads")) r["peer_threads"] = p["threads"];
+  if (p.contains("config")) r["peer_config"] = p["config"];  // the size the peer ran
   r["peer_samples_per_second"] = p["samples_per_second"];
   r["peer_steal_percent"] = p["steal_percent"];
   if (theirs.size() > 1) {
