@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "tessera/errors.h"
+#include "tessera/runtime.h"
 #include "tessera/train/language_model.h"
 #include "tessera/train/train.h"
 
