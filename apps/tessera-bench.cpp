@@ -12,7 +12,9 @@
 //             microseconds per op.
 //   train     training steps of the MLP (784-512-512-10) and the CNN of tessera-train at batch
 //             128 (forward, cross-entropy, backward, SGD with momentum) on random data, in samples
-//             per second, beside PyTorch running the same models (bench/train_peer.py, on the CPU
+//             per second, and of the ResNet and the GPT with tessera-train's recipes at
+//             --model-size (bench_models.h; images per second, tokens per second for the GPT),
+//             beside PyTorch running the same models (bench/train_peer.py, on the CPU
 //             for cpu devices and on CUDA for GPUs; skipped with the reason when PyTorch is not
 //             importable by --torch-python). --rounds N alternates N rounds of Tessera's runs
 //             and the peer's and reports the median round of each. Each run also records the
@@ -23,6 +25,10 @@
 //             data loading, evaluation each epoch and a checkpoint each epoch, timed as a process
 //             from spawn to exit; beside bench/fit_peer.py, the same job in PyTorch (same model,
 //             Adam lr 0.001, batch 128, epochs, data and limits; CUDA for GPUs), timed likewise.
+//             The ResNet and the GPT run with tessera-train's default recipe for them at
+//             --model-size (the peer with the same recipe in PyTorch); the GPT for --max-steps
+//             on --text, split as Tessera splits it, and reports its final validation loss
+//             (nats per character) instead of a test accuracy.
 //             Each side reports its wall seconds (process start to the final test accuracy), each
 //             epoch's training seconds and test accuracy, the final test accuracy and the seconds
 //             outside the training loops (start, data, evaluation, checkpoints); ratio is
@@ -59,8 +65,10 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/tessera.h"
+#include "tessera/train/text_data.h"
 #include "tessera/train/train.h"
 
+#include "bench_models.h"
 #include "bench_ops.h"
 
 namespace po = boost::program_options;
@@ -244,39 +252,55 @@ json bench_dispatch(Device& dev, int repeat) {
           {"us_per_op", s / kOps * 1e6}};
 }
 
-// Samples per second of |steps| training steps of |model_name| at |batch| on |dev|.
+// Samples per second of |steps| training steps of |model_name| on |dev|: the MLP and the CNN at
+// |batch| with SGD, the real models (bench_models.h) at |size| with their recipes.
 json bench_train(Device& dev, const std::string& model_name, std::int64_t batch, int steps,
-                 int repeat, std::mt19937& rng) {
+                 int repeat, const bench::ModelSize& size, std::mt19937& rng) {
   namespace tt = tessera::train;
   DeviceGuard guard(dev);
-  tt::Generator gen(0);
-  auto model = tt::make_model(model_name, gen);
-  tt::SGD opt(model->named_parameters(), tt::SgdOptions{0.01f, 0.9f, 0, 0, false});
-  const Tensor x = Tensor::from(random_vector(static_cast<std::size_t>(batch * 784), rng),
-                                {batch, 1, 28, 28}, &dev);
-  std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
-  for (auto& l : labels) l = static_cast<std::int32_t>(rng() % 10);
-  const Tensor y = Tensor::from<std::int32_t>(labels, {batch}, &dev);
-  // The step the Trainer runs for a classifier: forward, cross-entropy, backward, update.
-  const auto step = [&] {
-    const tt::Variable loss = tt::cross_entropy((*model)(tt::Variable(x)), y);
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
-    return loss.value();
-  };
+  std::function<Tensor()> step;
+  std::int64_t samples = batch;
+  json extra;
+  if (bench::is_real_model(model_name)) {
+    bench::TrainJob job = bench::make_train_job(
+        dev, model_name, size, static_cast<std::int64_t>(steps) * (repeat + 1), rng());
+    step = std::move(job.step);
+    batch = job.batch;
+    samples = job.samples_per_step;
+    extra = {{"sample", job.sample}, {"model_size", size.name}, {"config", job.config}};
+  } else {
+    tt::Generator gen(0);
+    std::shared_ptr<tt::Sequential> model = tt::make_model(model_name, gen);
+    auto opt = std::make_shared<tt::SGD>(model->named_parameters(),
+                                         tt::SgdOptions{0.01, 0.9, 0, 0, false});
+    const Tensor x = Tensor::from(random_vector(static_cast<std::size_t>(batch * 784), rng),
+                                  {batch, 1, 28, 28}, &dev);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
+    for (auto& l : labels) l = static_cast<std::int32_t>(rng() % 10);
+    const Tensor y = Tensor::from<std::int32_t>(labels, {batch}, &dev);
+    // The step the Trainer runs for a classifier: forward, cross-entropy, backward, update.
+    step = [model, opt, x, y] {
+      const tt::Variable loss = tt::cross_entropy((*model)(tt::Variable(x)), y);
+      loss.backward();
+      opt->step();
+      opt->zero_grad();
+      return loss.value();
+    };
+  }
   const double s = median_seconds(repeat, [&] {
     Tensor last;
     for (int i = 0; i < steps; ++i) last = step();
     (void)last.item();  // waits for the device
   });
-  return {{"case", "train"},
-          {"device", dev.id()},
-          {"model", model_name},
-          {"batch", batch},
-          {"steps", steps},
-          {"seconds", s},
-          {"samples_per_second", static_cast<double>(batch * steps) / s}};
+  json r{{"case", "train"},
+         {"device", dev.id()},
+         {"model", model_name},
+         {"batch", batch},
+         {"steps", steps},
+         {"seconds", s},
+         {"samples_per_second", static_cast<double>(samples * steps) / s}};
+  if (!extra.is_null()) r.update(extra);
+  return r;
 }
 
 // The median of |runs| by samples per second.
@@ -358,6 +382,7 @@ json train_result(const std::vector<json>& ours, const std::vector<json>& peer_r
   const json p = median_round(theirs);
   r["peer"] = p["peer"];
   if (p.contains("threads")) r["peer_threads"] = p["threads"];
+  if (p.contains("config")) r["peer_config"] = p["config"];  // the size the peer ran
   r["peer_samples_per_second"] = p["samples_per_second"];
   r["peer_steal_percent"] = p["steal_percent"];
   if (theirs.size() > 1) {
@@ -489,8 +514,8 @@ std::string cpu_model() {
 // The models of the train and fit cases: tessera::train::make_model's names, which the fit case
 // passes to tessera-train --model and to bench/fit_peer.py (train_peer.py's MODELS). A model
 // added to both is added here.
-constexpr std::array<std::string_view, 2> kModels{"mlp", "cnn"};
-constexpr const char* kModelList = "mlp, cnn";
+constexpr std::array<std::string_view, 4> kModels{"mlp", "cnn", "resnet", "gpt"};
+constexpr const char* kModelList = "mlp, cnn, resnet, gpt";
 
 // The fit case's settings, the same for both sides.
 struct FitOptions {
@@ -499,6 +524,14 @@ struct FitOptions {
   std::int64_t limit_train_batches = 0, limit_test_batches = 0;  // 0: all
   double timeout_s = 3600;  // per run; then the run is killed and reported as an error
   std::string tessera_train, python, peer_dir;
+  std::string text = train::kDefaultTextCorpus;  // the GPT's corpus
+  std::int64_t max_steps = 0;                    // the GPT's steps; 0: the model size's
+  const bench::ModelSize* size = nullptr;        // the ResNet's and the GPT's size
+  std::int64_t gpt_steps() const { return max_steps > 0 ? max_steps : size->gpt_max_steps; }
+  // Validation batches of the GPT: --limit-test-batches, else the model size's.
+  std::int64_t gpt_val_batches() const {
+    return limit_test_batches > 0 ? limit_test_batches : size->gpt_val_batches;
+  }
 };
 constexpr std::int64_t kFitBatch = 128;
 constexpr const char* kFitLr = "0.001";  // Adam's, as tessera-train's default
@@ -655,14 +688,101 @@ void read_fit_metrics(const fs::path& csv, int epochs, json& side) {
   add_seconds_outside_training(side);
 }
 
+// The GPT's validations from tessera-train's metrics CSV (a row per validation and per epoch;
+// columns step and val_loss, empty where a row has no validation) into |side|: "validations"
+// ({step, val_loss} each), the last "val_loss" and its "steps"; an "error" naming the file when
+// it is missing, malformed or holds no validation.
+void read_gpt_metrics(const fs::path& csv, json& side) {
+  std::ifstream in(csv);
+  std::string line;
+  std::vector<std::string> header;
+  if (std::getline(in, line)) header = split(line, ',');
+  const auto column = [&](const char* name) {
+    return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  };
+  const std::size_t step = column("step"), loss = column("val_loss");
+  json validations = json::array();
+  try {
+    if (step >= header.size() || loss >= header.size())
+      throw std::invalid_argument("no step and val_loss columns");
+    while (std::getline(in, line)) {
+      const auto cells = split(line, ',');
+      if (loss >= cells.size() || step >= cells.size())
+        throw std::invalid_argument("a row shorter than its header");
+      if (cells[loss].empty()) continue;
+      json v{{"step", std::stoll(cells[step])}, {"val_loss", std::stod(cells[loss])}};
+      if (validations.empty() || validations.back()["step"] != v["step"])
+        validations.push_back(std::move(v));
+    }
+    if (validations.empty()) throw std::invalid_argument("no validation");
+  } catch (const std::exception& e) {
+    side["error"] =
+        fmt::format("tessera-train's metrics {} can not be read: {}", csv.string(), e.what());
+    return;
+  }
+  side["steps"] = validations.back()["step"];
+  side["validations"] = validations;
+  side["val_loss"] = validations.back()["val_loss"];
+}
+
 void append(std::vector<std::string>& to, const std::vector<std::string>& more) {
   to.insert(to.end(), more.begin(), more.end());
 }
 
-// The job both sides of the fit case run, as arguments both understand: the model, epochs, Adam's
-// lr, batch, data, limits and a checkpoint directory in |dir|.
+// The job both sides of the fit case run, as arguments both understand, with a checkpoint
+// directory in |dir|. The MLP and the CNN: epochs, Adam's lr, batch, data and limits. The ResNet:
+// epochs, its size's depth, width and batch, data and limits (tessera-train's recipe otherwise).
+// The GPT: its size's layers, heads, width, context and batch, --max-steps, --val-every,
+// --warmup-steps, validation batches and the corpus (tessera-train's recipe otherwise).
 std::vector<std::string> fit_job(const std::string& model, const FitOptions& o,
                                  const fs::path& dir) {
+  const bench::ModelSize& z = *o.size;
+  if (model == "gpt") {
+    const std::int64_t steps = o.gpt_steps();
+    return {"--model",
+            model,
+            "--max-steps",
+            std::to_string(steps),
+            "--val-every",
+            std::to_string(std::min(z.gpt_val_every, steps)),
+            "--warmup-steps",
+            std::to_string(std::min(z.gpt_warmup, steps)),
+            "--layers",
+            std::to_string(z.gpt_layers),
+            "--heads",
+            std::to_string(z.gpt_heads),
+            "--width",
+            std::to_string(z.gpt_width),
+            "--context",
+            std::to_string(z.gpt_context),
+            "--batch-size",
+            std::to_string(z.gpt_batch),
+            "--limit-test-batches",
+            std::to_string(o.gpt_val_batches()),
+            "--text",
+            o.text,
+            "--checkpoint-dir",
+            (dir / "checkpoints").string()};
+  }
+  if (model == "resnet")
+    return {"--model",
+            model,
+            "--epochs",
+            std::to_string(o.epochs),
+            "--depth",
+            std::to_string(z.resnet_depth),
+            "--width",
+            std::to_string(z.resnet_width),
+            "--batch-size",
+            std::to_string(z.resnet_batch),
+            "--data",
+            o.data,
+            "--limit-train-batches",
+            std::to_string(o.limit_train_batches),
+            "--limit-test-batches",
+            std::to_string(o.limit_test_batches),
+            "--checkpoint-dir",
+            (dir / "checkpoints").string()};
   return {"--model",
           model,
           "--epochs",
@@ -684,7 +804,8 @@ std::vector<std::string> fit_job(const std::string& model, const FitOptions& o,
 // tessera-train's whole run of |model| on |dev|, in |dir|.
 json fit_tessera(const Device& dev, const std::string& model, const FitOptions& o,
                  const fs::path& dir) {
-  std::vector<std::string> argv{o.tessera_train, "--accelerator", dev.id(), "--optimizer", "adam"};
+  std::vector<std::string> argv{o.tessera_train, "--accelerator", dev.id()};
+  if (!bench::is_real_model(model)) append(argv, {"--optimizer", "adam"});
   append(argv, fit_job(model, o, dir));
   append(argv, {"--metrics", (dir / "metrics.csv").string(), "-q"});
   const CpuTimes before = cpu_times();
@@ -704,7 +825,10 @@ json fit_tessera(const Device& dev, const std::string& model, const FitOptions& 
                     side["command"].get<std::string>(), dev.id(), dev.info().name, summary);
     return side;
   }
-  read_fit_metrics(dir / "metrics.csv", o.epochs, side);
+  if (model == "gpt")
+    read_gpt_metrics(dir / "metrics.csv", side);
+  else
+    read_fit_metrics(dir / "metrics.csv", o.epochs, side);
   return side;
 }
 
@@ -719,6 +843,21 @@ json fit_peer(const std::string& torch_device, const std::string& model, const F
   if (side.contains("error")) return side;
   try {
     const json p = json::parse(run.out);
+    side["name"] = fmt::format("{} on {}", p.at("peer").get<std::string>(),
+                               p.at("device_name").get<std::string>());
+    side["threads"] = p.at("threads");
+    if (model == "gpt") {
+      side["steps"] = p.at("steps");
+      json evals = json::array();
+      for (const json& e : p.at("evals"))
+        evals.push_back({{"step", e.at("step")}, {"val_loss", e.at("val_loss")}});
+      side["validations"] = evals;
+      side["val_loss"] = p.at("val_loss");
+      side["train_seconds"] = p.at("train_seconds");
+      side["seconds_outside_training"] =
+          side["seconds"].get<double>() - p.at("train_seconds").get<double>();
+      return side;
+    }
     json seconds = json::array(), accuracy = json::array();
     for (const json& e : p.at("epochs")) {
       seconds.push_back(e.at("seconds"));
@@ -726,9 +865,6 @@ json fit_peer(const std::string& torch_device, const std::string& model, const F
     }
     if (static_cast<int>(seconds.size()) != o.epochs)
       throw std::invalid_argument(fmt::format("{} epoch(s), not {}", seconds.size(), o.epochs));
-    side["name"] = fmt::format("{} on {}", p.at("peer").get<std::string>(),
-                               p.at("device_name").get<std::string>());
-    side["threads"] = p.at("threads");
     side["epoch_seconds"] = seconds;
     side["epoch_test_accuracy"] = accuracy;
     side["test_accuracy"] = accuracy.back();
@@ -754,17 +890,42 @@ fs::path fit_dir(const std::string& side) {
 // Tessera's when both succeeded.
 json fit_result(const Device& dev, const std::string& model, const FitOptions& o,
                 const json& tessera_side, const json& peer_side) {
-  json r{{"case", "fit"},
-         {"device", dev.id()},
-         {"model", model},
-         {"epochs", o.epochs},
-         {"batch", kFitBatch},
-         {"optimizer", fmt::format("Adam, lr {}", kFitLr)},
-         {"data", o.data},
-         {"limit_train_batches", o.limit_train_batches},
-         {"limit_test_batches", o.limit_test_batches},
-         {"tessera", tessera_side},
-         {"peer", peer_side}};
+  const bench::ModelSize& z = *o.size;
+  json r{{"case", "fit"}, {"device", dev.id()}, {"model", model}};
+  if (model == "gpt") {
+    const std::int64_t steps = o.gpt_steps();
+    r.update({{"model_size", z.name},
+              {"config",
+               {{"n_layer", z.gpt_layers},
+                {"n_head", z.gpt_heads},
+                {"n_embd", z.gpt_width},
+                {"block_size", z.gpt_context},
+                {"dropout", 0.2}}},
+              {"batch", z.gpt_batch},
+              {"max_steps", steps},
+              {"val_every", std::min(z.gpt_val_every, steps)},
+              {"val_batches", o.gpt_val_batches()},
+              {"optimizer",
+               fmt::format("AdamW lr 0.001 betas (0.9, 0.99), weight_decay 0.1 on rank >= 2 "
+                           "parameters, clip 1.0, LinearLR warm-up {} steps then "
+                           "CosineAnnealingLR to 0.0001",
+                           std::min(z.gpt_warmup, steps))},
+              {"text", o.text}});
+  } else {
+    const bool resnet = model == "resnet";
+    if (resnet)
+      r.update({{"model_size", z.name},
+                {"config", {{"depth", z.resnet_depth}, {"width", z.resnet_width}}}});
+    r.update({{"epochs", o.epochs},
+              {"batch", resnet ? z.resnet_batch : kFitBatch},
+              {"optimizer", resnet ? std::string("SGD lr 0.1 momentum 0.9 nesterov, weight_decay "
+                                                 "5e-4, OneCycleLR per step")
+                                   : fmt::format("Adam, lr {}", kFitLr)},
+              {"data", o.data},
+              {"limit_train_batches", o.limit_train_batches},
+              {"limit_test_batches", o.limit_test_batches}});
+  }
+  r.update({{"tessera", tessera_side}, {"peer", peer_side}});
   if (!tessera_side.contains("error") && !peer_side.contains("error"))
     r["ratio"] = peer_side["seconds"].get<double>() / tessera_side["seconds"].get<double>();
   return r;
@@ -785,7 +946,7 @@ int main(int argc, char** argv) {
   start_environment();  // before any plugin loads
   po::options_description opts("Usage: tessera-bench [options]\n\nOptions");
   std::string device_list, cases, out_file, torch_python = "python3", models = "mlp,cnn";
-  std::string op_size = "full";
+  std::string op_size = "full", model_size = "full";
   std::string peer_dir = default_peer_dir();
   std::vector<std::int64_t> sizes;
   int repeat = 5, train_steps = 20, rounds = 1;
@@ -802,6 +963,14 @@ int main(int argc, char** argv) {
       "training steps per timed run of the train case")(
       "models", po::value(&models)->default_value(models),
       fmt::format("comma list of the train and fit cases' models: {}", kModelList).c_str())(
+      "model-size", po::value(&model_size)->default_value(model_size),
+      fmt::format("the train and fit cases' ResNet and GPT: {} (bench_models.h: full is the "
+                  "recipes' size; small suits a CPU; tiny is a smoke test's)",
+                  bench::model_size_list())
+          .c_str())("text", po::value(&fit.text)->default_value(fit.text),
+                    "fit case: the GPT's text corpus (a file or a directory)")(
+      "max-steps", po::value(&fit.max_steps)->default_value(0),
+      "fit case: the GPT's optimizer steps (0: the model size's, 5000 at full size)")(
       "epochs", po::value(&fit.epochs)->default_value(fit.epochs), "fit case: epochs of each run")(
       "data", po::value(&fit.data)->default_value(fit.data),
       "fit case: directory of the Fashion-MNIST IDX files")(
@@ -832,6 +1001,12 @@ int main(int argc, char** argv) {
     if (op_size != "full" && op_size != "tiny")
       throw po::error(fmt::format("--op-size: '{}' is not full or tiny", op_size));
     if (fit.epochs < 1) throw po::error("--epochs must be at least 1");
+    if (fit.max_steps < 0) throw po::error("--max-steps must be 0 (the size's) or more");
+    try {
+      fit.size = &bench::model_size(model_size);
+    } catch (const Error& e) {
+      throw po::error(e.what());
+    }
     if (fit.limit_train_batches < 0 || fit.limit_test_batches < 0)
       throw po::error("--limit-train-batches and --limit-test-batches must be 0 (all) or more");
     if (!(fit.timeout_s > 0 && fit.timeout_s <= 1e6))
@@ -911,15 +1086,17 @@ int main(int argc, char** argv) {
         for (int round = 0; round < rounds; ++round) {
           for (const std::string& model : split(models, ',')) {
             const CpuTimes before = cpu_times();
-            json run = bench_train(*d, model, 128, train_steps, repeat, rng);
+            json run = bench_train(*d, model, 128, train_steps, repeat, *fit.size, rng);
             run["steal_percent"] = steal_percent_since(before);
             ours[model].push_back(std::move(run));
           }
           if (run_peers) {
             const CpuTimes before = cpu_times();
-            json run = run_peer(torch_python, peer_dir + "/train_peer.py",
-                                {"--device", torch_device, "--steps", std::to_string(train_steps),
-                                 "--repeat", std::to_string(repeat), "--models", models});
+            std::vector<std::string> args{
+                "--device", torch_device,           "--steps",  std::to_string(train_steps),
+                "--repeat", std::to_string(repeat), "--models", models};
+            append(args, bench::train_peer_size_args(*fit.size));
+            json run = run_peer(torch_python, peer_dir + "/train_peer.py", args);
             if (run.is_object()) run["steal_percent"] = steal_percent_since(before);
             peers[torch_device].push_back(std::move(run));
           }
