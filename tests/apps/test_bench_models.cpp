@@ -51,8 +51,9 @@ TEST(TesseraBench, TrainCaseRunsResnetAndGptAtATinySizeBesidePyTorch) {
                            " --train-steps 2 --repeat 1 --torch-python " +
                            peer_python());
   ASSERT_EQ(r.code, 0) << r.err;
+  const json out = json::parse(r.out);  // alive for the loop (not a temporary's element)
   std::set<std::string> seen;
-  for (const json& res : json::parse(r.out)["results"]) {
+  for (const json& res : out["results"]) {
     const std::string model = res["model"];
     SCOPED_TRACE(model);
     seen.insert(model);
@@ -94,8 +95,9 @@ TEST(TesseraBench, FitCaseRunsResnetAndGptAtATinySizeBesidePyTorch) {
               corpus.string() + " --torch-python " + peer_python());
   std::filesystem::remove(corpus);
   ASSERT_EQ(r.code, 0) << r.err;
+  const json out = json::parse(r.out);  // alive for the loop (not a temporary's element)
   std::set<std::string> seen;
-  for (const json& res : json::parse(r.out)["results"]) {
+  for (const json& res : out["results"]) {
     const std::string model = res["model"];
     SCOPED_TRACE(model);
     seen.insert(model);
