@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up and pass the tests: a Release build with warnings as errors, then the same suite under
 # AddressSanitizer + UndefinedBehaviorSanitizer (skip that with TESSERA_SKIP_SANITIZERS=1), then
-# every fuzz target for TESSERA_FUZZ_SECONDS (60) each (scripts/fuzz.sh; skip with
+# every fuzz target for TESSERA_FUZZ_SECONDS (30) each (scripts/fuzz.sh; skip with
 # TESSERA_SKIP_FUZZ=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
