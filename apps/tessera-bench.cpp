@@ -652,21 +652,33 @@ void add_seconds_outside_training(json& side) {
   side["seconds_outside_training"] = side["seconds"].get<double>() - training;
 }
 
+// A CSV file as tessera-train writes its metrics: the header's names and each row's cells.
+struct Csv {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  // The index of column |name|; header.size() when there is none.
+  std::size_t column(std::string_view name) const {
+    return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  }
+};
+
+Csv read_csv(const fs::path& path) {
+  std::ifstream in(path);
+  Csv csv;
+  std::string line;
+  if (std::getline(in, line)) csv.header = split(line, ',');
+  while (std::getline(in, line)) csv.rows.push_back(split(line, ','));
+  return csv;
+}
+
 // Each epoch's training seconds and test accuracy (percent) from tessera-train's metrics CSV
 // into |side|; an "error" naming the file when it is missing, malformed or short of |epochs|.
 void read_fit_metrics(const fs::path& csv, int epochs, json& side) {
-  std::ifstream in(csv);
-  std::string line;
-  std::vector<std::string> header;
-  if (std::getline(in, line)) header = split(line, ',');
-  const auto column = [&](const char* name) {
-    return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
-  };
-  const std::size_t sec = column("seconds"), acc = column("val_acc");
+  const Csv table = read_csv(csv);
+  const std::size_t sec = table.column("seconds"), acc = table.column("val_acc");
   json seconds = json::array(), accuracy = json::array();
   try {
-    while (std::getline(in, line)) {
-      const auto cells = split(line, ',');
+    for (const auto& cells : table.rows) {
       if (sec >= cells.size() || acc >= cells.size())
         throw std::invalid_argument("a row without the seconds and val_acc columns");
       seconds.push_back(std::stod(cells[sec]));
@@ -693,20 +705,13 @@ void read_fit_metrics(const fs::path& csv, int epochs, json& side) {
 // ({step, val_loss} each), the last "val_loss" and its "steps"; an "error" naming the file when
 // it is missing, malformed or holds no validation.
 void read_gpt_metrics(const fs::path& csv, json& side) {
-  std::ifstream in(csv);
-  std::string line;
-  std::vector<std::string> header;
-  if (std::getline(in, line)) header = split(line, ',');
-  const auto column = [&](const char* name) {
-    return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
-  };
-  const std::size_t step = column("step"), loss = column("val_loss");
+  const Csv table = read_csv(csv);
+  const std::size_t step = table.column("step"), loss = table.column("val_loss");
   json validations = json::array();
   try {
-    if (step >= header.size() || loss >= header.size())
+    if (step >= table.header.size() || loss >= table.header.size())
       throw std::invalid_argument("no step and val_loss columns");
-    while (std::getline(in, line)) {
-      const auto cells = split(line, ',');
+    for (const auto& cells : table.rows) {
       if (loss >= cells.size() || step >= cells.size())
         throw std::invalid_argument("a row shorter than its header");
       if (cells[loss].empty()) continue;
