@@ -21,6 +21,9 @@ struct Node {
   bool leaf = true;
   std::vector<Variable> inputs;
   std::function<std::vector<Tensor>(const Tensor&)> backward;
+  // Leaves only: post-accumulate-grad hooks by id, in registration order.
+  std::vector<std::pair<std::uint64_t, std::function<void(Variable&)>>> hooks;
+  std::uint64_t next_hook = 1;
 };
 
 namespace {
@@ -121,6 +124,25 @@ void Variable::set_value(Tensor value) {
   if (n.grad.defined() && &n.grad.device() != &n.value.device()) n.grad = Tensor();
 }
 
+Variable::HookHandle Variable::register_post_accumulate_grad_hook(
+    std::function<void(Variable&)> hook) {
+  Node& n = node_of(*this);
+  if (!n.leaf || !n.requires_grad)
+    throw InvalidArgument(
+        "register_post_accumulate_grad_hook: only a leaf Variable that requires grad accumulates "
+        "a gradient");
+  if (!hook) throw InvalidArgument("register_post_accumulate_grad_hook: the hook is empty");
+  const std::uint64_t id = n.next_hook++;
+  n.hooks.emplace_back(id, std::move(hook));
+  return HookHandle(node_, id);
+}
+
+void Variable::HookHandle::remove() {
+  if (auto n = node_.lock())
+    std::erase_if(n->hooks, [this](const auto& h) { return h.first == id_; });
+  node_.reset();
+}
+
 void Variable::backward() const {
   const Tensor& v = value();
   if (v.numel() != 1)
@@ -149,6 +171,12 @@ void Variable::backward(const Tensor& grad) const {
     pending.erase(it);
     if (n->leaf) {
       n->grad = accumulate(n->grad, g);
+      if (!n->hooks.empty()) {
+        Variable leaf(n);
+        // A copy, so that a hook may remove itself (or another) while they run.
+        const auto hooks = n->hooks;
+        for (const auto& [id, hook] : hooks) hook(leaf);
+      }
       continue;
     }
     if (!n->backward)

@@ -54,6 +54,16 @@ class Variable {
   // InvalidArgument for a non-leaf or a different shape.
   void set_value(Tensor value);
 
+  // Calls |hook| with this leaf once per backward pass, after every gradient that pass
+  // contributes to it has been added into grad() (torch's register_post_accumulate_grad_hook;
+  // DDP starts reducing a gradient bucket from it). Hooks run on the thread of backward(), in the
+  // order they were registered, while the rest of the pass is still to run; an exception from a
+  // hook propagates out of backward(). Copies of this Variable share the hooks. Returns a handle
+  // that removes the hook (removing twice, or after the Variable is gone, does nothing). Throws
+  // InvalidArgument for a non-leaf or a leaf that does not require grad.
+  class HookHandle;
+  HookHandle register_post_accumulate_grad_hook(std::function<void(Variable&)> hook);
+
   // Back-propagates from this one-element variable (seed 1), or from any variable with a
   // gradient |grad| of its shape. Frees the graph's saved tensors on the way (as PyTorch's
   // retain_graph=false): a second backward() through the same graph throws InvalidArgument.
@@ -67,6 +77,20 @@ class Variable {
   friend Variable make_result(Tensor value, std::vector<Variable> inputs,
                               std::function<std::vector<Tensor>(const Tensor&)> backward);
   std::shared_ptr<Node> node_;
+};
+
+// Removes the hook it was returned for (torch.utils.hooks.RemovableHandle). Movable; removing
+// is explicit (dropping the handle keeps the hook).
+class Variable::HookHandle {
+ public:
+  HookHandle() = default;
+  void remove();
+
+ private:
+  friend class Variable;
+  HookHandle(std::weak_ptr<Node> node, std::uint64_t id) : node_(std::move(node)), id_(id) {}
+  std::weak_ptr<Node> node_;
+  std::uint64_t id_ = 0;
 };
 
 // Whether new results record their history on this thread (true unless a NoGradGuard lives).

@@ -35,6 +35,21 @@ class DataLoader {
   virtual void begin_epoch(std::int64_t epoch) = 0;
   // The next batch of the epoch, or false at its end. Rethrows what preparing it threw.
   virtual bool next(TensorBatch& out) = 0;
+
+  // Distributed sampling, as PyTorch's DistributedSampler (which Lightning puts in for DDP):
+  // after this call the loader yields process |rank|'s share of each epoch for |world_size|
+  // processes (the samples at positions rank, rank + world_size, ... of the epoch's order), and
+  // num_batches() and num_samples() count that share. The batch size stays the per-process size,
+  // so the global batch is batch size x world_size, and the union of the ranks' batch i is
+  // exactly batch i of one process with the global batch size and the same seed.
+  // |pad_to_equal| (training): an epoch that does not divide by world_size is padded by repeating
+  // its first samples, so every rank runs the same number of batches (DistributedSampler's
+  // default). false (validation): no padding; ranks may differ by one sample, and metrics summed
+  // over ranks count every sample once. set_distributed(0, 1, ...) restores the single-process
+  // behaviour. Takes effect at the next begin_epoch. Throws InvalidArgument for a rank outside
+  // [0, world_size) or world_size < 1; the default implementation throws ConfigError naming the
+  // loader type (a loader that can not be sharded must be sharded by its author).
+  virtual void set_distributed(int rank, int world_size, bool pad_to_equal);
 };
 
 }  // namespace tessera::train

@@ -5,6 +5,7 @@
 // log, checkpoints, early stopping, plot: callbacks.h).
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include "tessera/train/checkpoint.h"
 #include "tessera/train/data_loader.h"
 #include "tessera/train/lightning.h"
+#include "tessera/train/strategy.h"
 
 namespace tessera::train {
 
@@ -57,11 +59,29 @@ class Callback {
   virtual void load_state_dict(const std::map<std::string, std::string>&) {}
 };
 
+// Lightning's strategy argument: a registered name ("auto", "single_device", "ddp") or an
+// instance (std::make_shared<tessera::dist::DDPStrategy>(...)).
+struct StrategyChoice {
+  StrategyChoice() = default;
+  StrategyChoice(const char* n) : name(n) {}             // NOLINT: implicit, as Lightning
+  StrategyChoice(std::string n) : name(std::move(n)) {}  // NOLINT
+  template <class S>
+  requires std::derived_from<S, Strategy> StrategyChoice(std::shared_ptr<S> s)
+      : instance(std::move(s)) {}  // NOLINT
+  std::string name = "auto";
+  std::shared_ptr<Strategy> instance;  // wins over |name| when set
+};
+
 struct TrainerOptions {
   // "auto" (TESSERA_DEVICE when set, else the best device), a plugin name ("cpu", "vulkan",
   // "opencl", or any loaded plugin's), or one device ("vulkan:1").
   std::string accelerator = "auto";
-  int devices = 1;                       // how many devices of the accelerator; one is supported
+  // Devices per machine, one process each (Lightning's devices). Above 1 needs a data-parallel
+  // strategy, and the job must have been started with that many processes per machine (mpirun,
+  // srun, or tessera-train --devices N, which starts them).
+  int devices = 1;
+  int num_nodes = 1;  // machines of the job (Lightning's num_nodes); checked against the launch
+  StrategyChoice strategy;
   std::int64_t max_epochs = 10;          // -1: unbounded (max_steps must then be set)
   std::int64_t max_steps = -1;           // optimizer steps; -1: no limit. Stops within an epoch.
   std::int64_t limit_train_batches = 0;  // batches per epoch; 0: all

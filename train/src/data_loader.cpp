@@ -1,0 +1,25 @@
+#include "tessera/train/data_loader.h"
+
+#include <typeinfo>
+
+#include <fmt/format.h>
+
+#include "tessera/errors.h"
+
+namespace tessera::train {
+
+void DataLoader::set_distributed(int rank, int world_size, bool pad_to_equal) {
+  (void)pad_to_equal;
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw InvalidArgument(fmt::format(
+        "set_distributed: rank {} of world_size {} is not valid: pass 0 <= rank < world_size", rank,
+        world_size));
+  if (world_size == 1) return;
+  throw ConfigError(fmt::format(
+      "this data loader ({}) can not be sharded among {} processes: it does not implement "
+      "set_distributed; implement it (each rank takes its share of every epoch), or train with "
+      "one process",
+      typeid(*this).name(), world_size));
+}
+
+}  // namespace tessera::train
