@@ -2,7 +2,8 @@
 // runs across two network namespaces of one machine, to show that an MPI job spans two "hosts"
 // before tessera-train is run the same way. Every rank:
 //   - reports its rank, the world size and its processor name (the namespace's host name);
-//   - checks that the ranks see --hosts distinct processor names (all-gather of the names);
+//   - checks that the ranks see --hosts distinct processor names (all-gather of the names) and
+//     that MPI_COMM_TYPE_SHARED splits them by host (size / --hosts ranks per host);
 //   - all-reduces a buffer of --count floats (several TCP fragments) and a sum of ranks, and
 //     checks the results exactly (small integers in float are exact);
 //   - sends a message around the ring (point-to-point across the hosts).
@@ -59,6 +60,18 @@ int main(int argc, char** argv) {
   if (static_cast<long>(distinct.size()) != want_hosts) {
     std::fprintf(stderr, "rank %d: %zu distinct hosts, expected %ld\n", rank, distinct.size(),
                  want_hosts);
+    failed = 1;
+  }
+
+  // Ranks on one host form one shared-memory communicator (what DDP takes its local rank from).
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  int local_size = 0;
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+  if (static_cast<long>(local_size) * want_hosts != size) {
+    std::fprintf(stderr, "rank %d: %d ranks share its host, expected %ld\n", rank, local_size,
+                 size / want_hosts);
     failed = 1;
   }
 
