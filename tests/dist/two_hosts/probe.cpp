@@ -8,9 +8,12 @@
 //     checks the results exactly (small integers in float are exact);
 //   - sends a message around the ring (point-to-point across the hosts).
 // Exit status 0 when every check passed on every rank; 1 otherwise (the rank says which check).
-// Usage: tessera_two_hosts_probe [--hosts N] [--count N]
+// --kill-rank R (1 or more): rank R kills itself (SIGKILL) while the others wait in the all-reduce,
+// to show that mpirun ends the job across hosts and names the rank and its host. Usage:
+// tessera_two_hosts_probe [--hosts N] [--count N] [--kill-rank R]
 #include <mpi.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +46,7 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   const long want_hosts = positive_option(argc, argv, "--hosts", 2);
   const long count = positive_option(argc, argv, "--count", 1L << 20);
+  const long kill_rank = positive_option(argc, argv, "--kill-rank", 1L << 30);
   int rank = 0, size = 0, len = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -74,6 +78,8 @@ int main(int argc, char** argv) {
                  size / want_hosts);
     failed = 1;
   }
+
+  if (rank == kill_rank) std::raise(SIGKILL);
 
   // Element i of rank r holds r + (i % 7); the sum over ranks is size*(size-1)/2 + size*(i % 7).
   std::vector<float> buf(static_cast<std::size_t>(count));
