@@ -2,8 +2,9 @@
 # Installs Tessera's build dependencies (OpenBLAS and oneDNN for the CPU plugin's GEMMs; the OpenCL
 # ICD loader and headers, the Vulkan loader and headers and glslc for the GPU plugins; PoCL and
 # Mesa's lavapipe so that both run on the CPU), the Fashion-MNIST data, the fortunes text (the
-# default corpus of the character-level GPT) and gnuplot (for tessera-train --plot) from Debian's
-# packages (idempotent: apt runs only when one is missing) and configures + builds a tree.
+# default corpus of the character-level GPT), gnuplot (for tessera-train --plot) and Open MPI
+# (data-parallel training, tessera::dist: the tree is configured with TESSERA_WITH_MPI=ON) from
+# Debian's packages (idempotent: apt runs only when one is missing) and configures + builds a tree.
 #   scripts/setup.sh BUILD_DIR [extra cmake arguments...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,8 @@ cd "$(dirname "$0")/.."
 packages=(g++ cmake ninja-build pkg-config libboost-dev libboost-program-options-dev libspdlog-dev
           libfmt-dev libopenblas0 libdnnl2 nlohmann-json3-dev libgtest-dev libgmock-dev zlib1g-dev
           dataset-fashion-mnist fortunes gnuplot-nox ocl-icd-opencl-dev opencl-c-headers
-          pocl-opencl-icd libvulkan-dev glslc mesa-vulkan-drivers ${TESSERA_EXTRA_PACKAGES:-})
+          pocl-opencl-icd libvulkan-dev glslc mesa-vulkan-drivers openmpi-bin libopenmpi-dev
+          ${TESSERA_EXTRA_PACKAGES:-})
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,5 +28,5 @@ fi
 
 build="$1"
 shift
-cmake -S . -B "$build" -G Ninja "$@" >/dev/null
+cmake -S . -B "$build" -G Ninja -DTESSERA_WITH_MPI=ON "$@" >/dev/null
 cmake --build "$build" --parallel "$(nproc)"
