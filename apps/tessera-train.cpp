@@ -38,6 +38,7 @@ struct EpochCounter final : Callback {
 // sample.py settings: temperature 0.8, top-k 200), the same seed each time.
 struct TextSample final : Callback {
   TextSample(std::int64_t c, std::uint64_t s) : chars(c), seed(s) {}
+  bool rank_zero_only() const override { return true; }
   void on_validation_end(Trainer& t) override {
     const auto loss = t.callback_metrics().find("val_loss");
     std::string sample;
@@ -76,6 +77,7 @@ TrainerOptions trainer_options(const TrainArgs& a, const std::shared_ptr<EpochCo
   to.devices = a.devices;
   to.num_nodes = a.num_nodes;
   to.strategy = strategy;
+  to.sync_batchnorm = a.sync_batchnorm;
   to.max_epochs = a.epochs;
   to.max_steps = a.max_steps;
   to.seed = a.seed;
@@ -211,7 +213,7 @@ int run_gpt(const TrainArgs& a) {
   TextBatchLoader val_loader(split, lo);
 
   auto sample = std::make_shared<TextSample>(a.sample_chars, a.seed);
-  if (!a.quiet && zero) to.callbacks.push_back(sample);
+  if (!a.quiet) to.callbacks.push_back(sample);
   Trainer trainer(to);
   std::shared_ptr<LanguageModel> model;
   {
@@ -289,6 +291,7 @@ int main(int argc, char** argv) {
       ("devices", po::value(&a.devices)->default_value(a.devices), "devices of this machine, one process each: N > 1 trains data-parallel, starting itself under mpirun -np N (docs/distributed.md); under mpirun or srun, 1 means as launched")
       ("strategy", po::value(&a.strategy)->default_value(a.strategy), "auto (ddp under mpirun or srun, else single_device), single_device or ddp")
       ("num-nodes", po::value(&a.num_nodes)->default_value(a.num_nodes), "machines of the job (checked against the launch)")
+      ("sync-batchnorm", po::bool_switch(&a.sync_batchnorm), "data-parallel: BatchNorm normalises by the statistics of the global batch (resnet, cnn)")
       ("checkpoint-dir", po::value(&a.checkpoint_dir), "write DIR/epoch-NNNN.safetensors after each epoch")
       ("resume", po::bool_switch(&a.resume), "continue from the newest checkpoint in --checkpoint-dir")
       ("save-weights", po::value(&a.save_weights), "write the trained weights (PyTorch's names; a GPT with its vocabulary) to this .safetensors file")
