@@ -18,6 +18,7 @@
 
 #include "tessera/tessera.h"
 #include "tessera/train/train.h"
+#include "train_launch.h"
 #include "train_recipes.h"
 
 namespace po = boost::program_options;
@@ -37,6 +38,7 @@ struct EpochCounter final : Callback {
 // sample.py settings: temperature 0.8, top-k 200), the same seed each time.
 struct TextSample final : Callback {
   TextSample(std::int64_t c, std::uint64_t s) : chars(c), seed(s) {}
+  bool rank_zero_only() const override { return true; }
   void on_validation_end(Trainer& t) override {
     const auto loss = t.callback_metrics().find("val_loss");
     std::string sample;
@@ -63,10 +65,19 @@ std::filesystem::path resume_path(const TrainArgs& a) {
   return *latest;
 }
 
-TrainerOptions trainer_options(const TrainArgs& a, const std::shared_ptr<EpochCounter>& epochs) {
+// Whether this process prints: the only one, or rank 0 of a data-parallel job.
+bool printer(Strategy& s) {
+  return s.is_global_zero();
+}
+
+TrainerOptions trainer_options(const TrainArgs& a, const std::shared_ptr<EpochCounter>& epochs,
+                               const std::shared_ptr<Strategy>& strategy) {
   TrainerOptions to;
   to.accelerator = a.accelerator;
   to.devices = a.devices;
+  to.num_nodes = a.num_nodes;
+  to.strategy = strategy;
+  to.sync_batchnorm = a.sync_batchnorm;
   to.max_epochs = a.epochs;
   to.max_steps = a.max_steps;
   to.seed = a.seed;
@@ -111,7 +122,9 @@ std::optional<std::pair<double, std::int64_t>> latest(const Trainer& t, const st
   return std::nullopt;
 }
 
-void print_fallbacks() {
+void print_fallbacks(Strategy& strategy) {
+  if (const std::string note = tessera::apps::sync_note(strategy); !note.empty())
+    fmt::print("{}\n", note);
   for (const FallbackRoute& r : fallback_stats())
     if (r.ops > 0)
       fmt::print("Fallback: {} op(s) ran on {} instead of {} ({} moved)\n", r.ops, r.to, r.from,
@@ -126,7 +139,9 @@ int run_images(const TrainArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::filesystem::path resume_from = resume_path(a);
   auto epochs = std::make_shared<EpochCounter>();
-  Trainer trainer(trainer_options(a, epochs));
+  auto strategy = tessera::apps::make_train_strategy(a.strategy, a.num_nodes);
+  Trainer trainer(trainer_options(a, epochs, strategy));
+  const bool zero = printer(*strategy);
   const Dataset train_set = load_mnist_split(a.data, "train");
   const Dataset test_set = load_mnist_split(a.data, "t10k");
 
@@ -159,6 +174,7 @@ int run_images(const TrainArgs& a) {
   trainer.fit(model, train_loader, &test_loader, resume_from);
 
   const Device& dev = trainer.device();
+  if (!zero) return 0;
   if (epochs->count == 0) nothing_to_train(a, trainer, resume_from);
   if (const auto acc = latest(trainer, "val_acc"))
     fmt::print("Test accuracy: {:.2f}% after {} epoch(s), {} step(s) | {:.1f} s | {} on {} ({})\n",
@@ -169,7 +185,7 @@ int run_images(const TrainArgs& a) {
     fmt::print("Weights: {} ({} parameters; docs/models.md loads them into PyTorch)\n",
                a.save_weights, net->num_parameters());
   }
-  print_fallbacks();
+  print_fallbacks(*strategy);
   return 0;
 }
 
@@ -177,7 +193,9 @@ int run_gpt(const TrainArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::filesystem::path resume_from = resume_path(a);
   auto epochs = std::make_shared<EpochCounter>();
-  TrainerOptions to = trainer_options(a, epochs);
+  auto strategy = tessera::apps::make_train_strategy(a.strategy, a.num_nodes);
+  TrainerOptions to = trainer_options(a, epochs, strategy);
+  const bool zero = printer(*strategy);
 
   const TextCorpus corpus = load_text(a.text);
   TextSplitOptions so;
@@ -205,13 +223,14 @@ int run_gpt(const TrainArgs& a) {
                                             tessera::apps::gpt_options(a), &gen);
   }
   sample->model = model.get();
-  if (!a.quiet)
+  if (!a.quiet && zero)
     fmt::print("{}: {} bytes, {} characters; train {} / val {} bytes | GPT {:.2f} M parameters\n",
                corpus.name, corpus.text.size(), corpus.vocab.size(), split.train->size(),
                split.val->size(), static_cast<double>(model->num_parameters()) / 1e6);
   trainer.fit(*model, train_loader, &val_loader, resume_from);
 
   const Device& dev = trainer.device();
+  if (!zero) return 0;
   if (epochs->count == 0) nothing_to_train(a, trainer, resume_from);
   if (const auto loss = latest(trainer, "val_loss"))
     fmt::print("Validation loss: {:.4f} nats/char after {} step(s) | {:.1f} s | gpt on {} ({})\n",
@@ -221,7 +240,7 @@ int run_gpt(const TrainArgs& a) {
     fmt::print("Weights: {} (sample with: tessera-generate {} --prompt TEXT)\n", a.save_weights,
                a.save_weights);
   }
-  print_fallbacks();
+  print_fallbacks(*strategy);
   return 0;
 }
 
@@ -269,7 +288,10 @@ int main(int argc, char** argv) {
       ("data", po::value(&a.data)->default_value(a.data), "directory of the IDX files (train-*, t10k-*)")
       ("accelerator", po::value(&a.accelerator)->default_value(a.accelerator),
        "auto (TESSERA_DEVICE, else the best device), cpu, vulkan, opencl, a plugin's name, or vulkan:1")
-      ("devices", po::value(&a.devices)->default_value(a.devices), "number of devices (1)")
+      ("devices", po::value(&a.devices)->default_value(a.devices), "devices of this machine, one process each: N > 1 trains data-parallel, starting itself under mpirun -np N (docs/distributed.md); under mpirun or srun, 1 means as launched")
+      ("strategy", po::value(&a.strategy)->default_value(a.strategy), "auto (ddp under mpirun or srun, else single_device), single_device or ddp")
+      ("num-nodes", po::value(&a.num_nodes)->default_value(a.num_nodes), "machines of the job (checked against the launch)")
+      ("sync-batchnorm", po::bool_switch(&a.sync_batchnorm), "data-parallel: BatchNorm normalises by the statistics of the global batch (resnet, cnn)")
       ("checkpoint-dir", po::value(&a.checkpoint_dir), "write DIR/epoch-NNNN.safetensors after each epoch")
       ("resume", po::bool_switch(&a.resume), "continue from the newest checkpoint in --checkpoint-dir")
       ("save-weights", po::value(&a.save_weights), "write the trained weights (PyTorch's names; a GPT with its vocabulary) to this .safetensors file")
@@ -297,11 +319,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    tessera::apps::launch_if_needed(a.devices, a.strategy, argc, argv);
     return a.model == "gpt" ? run_gpt(a) : run_images(a);
   } catch (const ConfigError& e) {
+    tessera::apps::end_job_on_failure(e);
     std::cerr << "tessera-train: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
+    tessera::apps::end_job_on_failure(e);
     std::fflush(stdout);
     std::cerr << "\ntessera-train: error: " << e.what() << "\n";
     return 1;

@@ -48,6 +48,7 @@ std::string check_args(const TrainArgs& a) {
                      "--epochs: use 1 or more (or -1, no limit, with --max-steps)"},
            std::pair{a.batch_size < 1, "--batch-size: use 1 or more"},
            std::pair{a.devices < 1, "--devices: use 1 or more"},
+           std::pair{a.num_nodes < 1, "--num-nodes: use 1 or more"},
            std::pair{a.limit_train < 0, "--limit-train-batches: use 0 (all) or more"},
            std::pair{a.limit_test < 0, "--limit-test-batches: use 0 (all) or more"},
            std::pair{!(a.momentum >= 0), "--momentum: use 0 or more"},

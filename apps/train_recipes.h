@@ -18,6 +18,9 @@ struct TrainArgs {
   std::string model = "mlp", optimizer, scheduler, data = train::kDefaultFashionMnistDir;
   std::string text = train::kDefaultTextCorpus;
   std::string accelerator = "auto", checkpoint_dir, metrics, plot, save_weights;
+  std::string strategy = "auto";
+  int num_nodes = 1;
+  bool sync_batchnorm = false;
   std::int64_t epochs = 10, batch_size = 128, limit_train = 0, limit_test = 0, max_steps = -1;
   std::int64_t accumulate = 1, warmup_steps = 0, context = 256, sample_chars = 200;
   int devices = 1, depth = 20, width = 16, layers = 6, heads = 6;

@@ -134,6 +134,11 @@ std::string inconsistency(const TrainingProgress& p) {
         "batches_seen is {} for {} steps and {} batches of this epoch: every step "
         "takes at least one batch",
         p.batches_seen, p.global_step, p.epoch_batch);
+  if (p.world_size < 1)
+    return fmt::format("world_size is {}: expected 1 or more processes", p.world_size);
+  if (p.epoch_sample < -1 || (p.epoch_batch == 0 && p.epoch_sample != 0))
+    return fmt::format("epoch_sample is {} after {} batch(es) of the epoch", p.epoch_sample,
+                       p.epoch_batch);
   if (p.epoch_batch == 0 && (!p.epoch_sums.empty() || p.epoch_loss.weight != 0))
     return "epoch sums are given at an epoch's end (epoch_batch 0)";
   // Rows belong to epochs done, or to the epoch under way.
@@ -172,7 +177,9 @@ void save_checkpoint(const fs::path& path, Module& model, const Optimizer& optim
       {"history", history_json(progress.history)},
       {"epoch_sums", sums.dump()},
       {"epoch_loss", nlohmann::json{progress.epoch_loss.sum, progress.epoch_loss.weight}.dump()},
-      {"lr_scheduler", scheduler ? "present" : "none"}};
+      {"lr_scheduler", scheduler ? "present" : "none"},
+      {"world_size", std::to_string(progress.world_size)}};
+  if (progress.epoch_sample >= 0) meta["epoch_sample"] = std::to_string(progress.epoch_sample);
   for (const auto& [k, v] : os.values) meta[std::string(kOptimizerPrefix) + k] = v;
   if (scheduler)
     for (const auto& [k, v] : detail::scheduler_state(*scheduler))
@@ -196,8 +203,9 @@ TrainingProgress load_checkpoint(const fs::path& path, Module& model, Optimizer&
 
   // Metadata: every key known, every value well-formed, before anything is used.
   static const std::set<std::string> kKeys{
-      "format",    "epoch", "epoch_batch", "global_step", "batches_seen", "seed",        "model",
-      "optimizer", "lr",    "history",     "epoch_sums",  "epoch_loss",   "lr_scheduler"};
+      "format",     "epoch",      "epoch_batch",  "global_step", "batches_seen",
+      "seed",       "model",      "optimizer",    "lr",          "history",
+      "epoch_sums", "epoch_loss", "lr_scheduler", "world_size",  "epoch_sample"};
   OptimizerState os;
   std::map<std::string, std::string> scheduler_state;
   TrainingProgress progress;
@@ -248,6 +256,15 @@ TrainingProgress load_checkpoint(const fs::path& path, Module& model, Optimizer&
   progress.global_step = integer("global_step", std::int64_t{});
   progress.batches_seen = integer("batches_seen", std::int64_t{});
   progress.seed = integer("seed", std::uint64_t{});
+  // Optional (files of one process written before they existed lack them).
+  if (c.metadata.count("world_size")) {
+    progress.world_size = integer("world_size", int{});
+    if (progress.world_size < 1)
+      malformed(path, "metadata 'world_size' is '0', expected 1 or more processes");
+  }
+  progress.epoch_sample = c.metadata.count("epoch_sample") ? integer("epoch_sample", std::int64_t{})
+                          : progress.epoch_batch > 0       ? -1
+                                                           : 0;
   progress.history = parse_history(path, meta("history"));
   {
     const nlohmann::json sums = parse_json(path, "epoch_sums", meta("epoch_sums"));

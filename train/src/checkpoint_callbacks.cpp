@@ -126,7 +126,7 @@ void ModelCheckpoint::on_fit_start(Trainer& t) {
     const fs::path root =
         t.options().default_root_dir.empty() ? fs::path(".") : t.options().default_root_dir;
     options_.dirpath = root / "checkpoints";
-    detail::require_writable_dir(options_.dirpath, "checkpoint directory");
+    if (t.is_global_zero()) detail::require_writable_dir(options_.dirpath, "checkpoint directory");
   }
   if (!t.resumed() || options_.filename != kDefaultFilename) return;
   // The one name this fit could write that is the checkpoint it resumed from is that file's own
@@ -218,6 +218,7 @@ void ModelCheckpoint::save(Trainer& t) {
     t.save_checkpoint(path);
   }
   if (options_.save_last) t.save_checkpoint(options_.dirpath / (std::string("last") + kSuffix));
+  if (!t.is_global_zero()) return;  // the others keep the same record; rank zero writes
   for (const fs::path& f : evicted) {
     std::error_code ec;
     if (!(t.resumed() && detail::same_file(f, t.resumed_from()))) fs::remove(f, ec);

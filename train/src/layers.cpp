@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "sync_batch_norm.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 #include "tessera/train/init.h"
@@ -171,6 +172,9 @@ Variable BatchNorm2d::forward(const Variable& x) {
         fmt::format("{}: expects input [N, {}, H, W], got {}", describe(), c_, s.str()));
   if (training_ && track_)
     *num_batches_tracked_ = incremented(*num_batches_tracked_, last_count_, host_count_);
+  if (training_ && group_ && group_->size() > 1)
+    return detail::sync_batch_norm(x, weight, bias, *running_mean_, *running_var_, momentum_, eps_,
+                                   *group_);
   return batch_norm(x, weight, bias, *running_mean_, *running_var_, training_ || !track_, momentum_,
                     eps_);
 }

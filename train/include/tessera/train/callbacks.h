@@ -24,6 +24,7 @@ class ProgressBar final : public Callback {
   void on_train_progress(Trainer& t, const StepProgress& p) override;
   void on_validation_end(Trainer& t) override;
   void on_train_epoch_end(Trainer& t) override;
+  bool rank_zero_only() const override { return true; }
 
  private:
   std::FILE* out_;
@@ -43,6 +44,7 @@ class CsvLogger final : public Callback {
   explicit CsvLogger(std::filesystem::path path);
   void on_validation_end(Trainer& t) override;
   void on_train_epoch_end(Trainer& t) override;
+  bool rank_zero_only() const override { return true; }
 
  private:
   std::filesystem::path path_;
@@ -152,6 +154,7 @@ class LossPlot final : public Callback {
  public:
   explicit LossPlot(std::filesystem::path path);
   void on_train_epoch_end(Trainer& t) override;
+  bool rank_zero_only() const override { return true; }
 
  private:
   std::filesystem::path path_;

@@ -42,6 +42,12 @@ struct TrainingProgress {
   std::int64_t global_step = 0;   // optimizer steps taken
   std::int64_t batches_seen = 0;  // training batches run in all (Dropout's masks derive from it)
   std::uint64_t seed = 0;
+  // The processes that trained (a file without it: 1), and the samples of the epoch under way
+  // that the whole job had trained when the checkpoint was taken (the global batches done; 0 at
+  // an epoch's end; -1 when a file of one process does not say). Resuming with another number of
+  // processes continues from it (Trainer::fit).
+  int world_size = 1;
+  std::int64_t epoch_sample = 0;
   std::vector<MetricsRow> history;
   // Within an epoch: the sums of its on-epoch metrics so far, and of the training loss.
   std::map<std::string, MetricSum> epoch_sums;
@@ -63,7 +69,8 @@ void save_checkpoint(const std::filesystem::path& path, Module& model, const Opt
 // (which must be given exactly when the checkpoint holds scheduler state). Checks every field
 // before changing anything; every message names |path| and the field:
 // - FileError for a malformed file: unknown metadata; format not tessera-checkpoint-2; epoch,
-//   epoch_batch, global_step, batches_seen or seed not a non-negative integer in decimal digits
+//   epoch_batch, global_step, batches_seen, seed or epoch_sample (optional) not a non-negative
+//   integer, world_size (optional, 1 when absent) not a positive one in decimal digits
 //   that fits (no sign, no spaces, no trailing characters); a history that is not rows of
 //   non-decreasing epoch and step with finite or null figures; fewer training batches than
 //   steps; lr not a non-negative number; an optimizer step count that differs from global_step;

@@ -50,6 +50,11 @@ class DataLoader {
   // [0, world_size) or world_size < 1; the default implementation throws ConfigError naming the
   // loader type (a loader that can not be sharded must be sharded by its author).
   virtual void set_distributed(int rank, int world_size, bool pad_to_equal);
+
+  // The samples of a full batch of this process (after set_distributed: the per-process size),
+  // or 0 when the loader does not say. Resuming within an epoch with another number of processes
+  // needs it (Trainer::fit).
+  virtual std::int64_t batch_size() const { return 0; }
 };
 
 }  // namespace tessera::train

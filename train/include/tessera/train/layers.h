@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tessera/train/modules.h"
+#include "tessera/train/strategy.h"
 
 namespace tessera::train {
 
@@ -83,12 +84,26 @@ class Conv2d : public Module {
 // uses the running statistics (the batch's without them). momentum None (a cumulative average)
 // is not offered. Throws InvalidArgument for num_features <= 0, eps <= 0, momentum outside
 // [0, 1], or an input that is not 4-D with num_features channels.
+//
+// Synchronised (torch.nn.SyncBatchNorm): with a process group of more than one process set
+// (convert_sync_batchnorm), training normalises by the statistics of the union of every
+// process's batch: per channel, the count, mean and sum of squared deviations of each process's
+// batch are summed over the processes (host all-reduce, in double), giving the global mean and
+// biased variance; the running statistics take the global unbiased variance. Its backward sums
+// dy and dy * (x - mean) over the processes for the input's gradient; the weight's and bias's
+// gradients are this process's (DDP averages them, as PyTorch). Every process must run the same
+// BatchNorm2d calls in the same order (collectives). Throws InvalidArgument when the job's batch
+// holds one value per channel, DistributedError from the process group.
 class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(std::int64_t num_features, double eps = 1e-5, double momentum = 0.1,
                        bool affine = true, bool track_running_stats = true);
   Variable forward(const Variable& x) override;
   std::string extra_repr() const override;
+  // The processes whose batches training statistics are taken over (null or one process: this
+  // process's batch, the default). Not owned; it must outlive the layer's training.
+  void set_process_group(ProcessGroup* group) { group_ = group; }
+  ProcessGroup* process_group() const { return group_; }
   Variable weight, bias;
   // The buffers (undefined without track_running_stats); to() and load_state_dict() replace
   // them, so read them here rather than keeping a copy.
@@ -103,7 +118,15 @@ class BatchNorm2d : public Module {
   Tensor *running_mean_, *running_var_, *num_batches_tracked_;
   Tensor last_count_;            // the num_batches_tracked this layer wrote last
   std::int64_t host_count_ = 0;  // its value
+  ProcessGroup* group_ = nullptr;
 };
+
+// torch.nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group): sets |group| on every
+// BatchNorm2d in |module| (itself included, in named_modules order) and returns how many there
+// are. PyTorch replaces the layers by SyncBatchNorm; here the same layers synchronise (their
+// parameters, buffers and state_dict names stay). A null |group| turns synchronisation off.
+// Never throws.
+std::int64_t convert_sync_batchnorm(Module& module, ProcessGroup* group);
 
 // torch.nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True): normalises
 // the last normalized_shape.rank() dimensions; weight (ones) and bias (zeros) of

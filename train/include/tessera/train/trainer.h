@@ -57,6 +57,12 @@ class Callback {
   virtual std::string state_key() const { return {}; }
   virtual std::map<std::string, std::string> state_dict() const { return {}; }
   virtual void load_state_dict(const std::map<std::string, std::string>&) {}
+
+  // Lightning's @rank_zero_only: true for a callback that only prints or writes files (the
+  // progress bar, the CSV log, the plot); the Trainer calls it on the global-zero process alone.
+  // Callbacks with state that must agree across processes (ModelCheckpoint, EarlyStopping) run
+  // on every process (false, the default).
+  virtual bool rank_zero_only() const { return false; }
 };
 
 // Lightning's strategy argument: a registered name ("auto", "single_device", "ddp") or an
@@ -105,12 +111,22 @@ struct TrainerOptions {
   std::filesystem::path default_root_dir;  // where callbacks without a path write ("." if empty)
   std::vector<std::shared_ptr<Callback>> callbacks;
   std::uint64_t seed = 0;  // Dropout's masks derive from it (initialisation is the caller's)
+  // Lightning's sync_batchnorm: with more than one process, every BatchNorm2d of the module
+  // normalises by the statistics of the global batch (convert_sync_batchnorm with the strategy's
+  // process group) during fit; without it (the default, as PyTorch's DDP) each process uses its
+  // own batch's statistics. No effect with one process.
+  bool sync_batchnorm = false;
 };
 
 // One Trainer runs one fit at a time on the thread that calls it.
 class Trainer {
  public:
-  // Resolves the device now. Throws ConfigError naming the option and its valid range for a bad
+  // Resolves the strategy (TrainerOptions::strategy: the instance, else make_strategy(name)),
+  // calls its setup_environment and then its device(accelerator, devices): the device is resolved
+  // now. Throws what make_strategy and Strategy::device throw (ConfigError for an unknown strategy,
+  // or devices > 1 without a data-parallel strategy or not matching the processes launched),
+  // ConfigError for num_nodes below 1 or not equal to the number of machines the processes run
+  // on. Throws ConfigError naming the option and its valid range for a bad
   // option (max_epochs 0 or below -1, max_epochs -1 without max_steps, max_steps 0 or below -1,
   // a negative limit, val_check_interval not in (0, 1] nor an integer > 1, check_val_every_n_epoch,
   // accumulate_grad_batches or log_every_n_steps below 1, gradient_clip_val negative or not
@@ -123,10 +139,31 @@ class Trainer {
 
   Device& device() const { return *device_; }
   const TrainerOptions& options() const { return options_; }
+  // The strategy the fit runs with, and Lightning's trainer.is_global_zero, world_size and
+  // global_rank (from its process group; true, 1 and 0 for one process).
+  Strategy& strategy() const { return *strategy_; }
+  bool is_global_zero() const { return strategy_->is_global_zero(); }
+  int world_size() const { return strategy_->world_size(); }
+  int global_rank() const { return strategy_->global_rank(); }
 
   // Trains |module| on |train|, validating on |val| (when given) as val_check_interval and
   // check_val_every_n_epoch say, until max_epochs or max_steps is reached or should_stop is set.
-  // The module is moved to the device first, then configure_optimizers is called. With
+  // The module is moved to the device first, then (with sync_batchnorm and several processes)
+  // convert_sync_batchnorm, then Strategy::setup_module, then configure_optimizers is called.
+  // With several processes (world_size() > 1): |train| is sharded with set_distributed(rank,
+  // world_size, true) and |val| with set_distributed(rank, world_size, false) for the fit (both
+  // back to one process at its end); every backward runs between Strategy::before_backward(sync)
+  // and after_backward(sync), sync false for the batches of an accumulation that are not its
+  // last; the epoch means of training metrics and the validation means are sums and weights
+  // reduced across the processes; a non-finite loss or should_stop on any process stops every
+  // process at the same batch; rank_zero_only callbacks run on global rank zero alone, and only
+  // it writes checkpoints; samples/s is the job's. A checkpoint records the world size and the
+  // epoch's global sample position: resuming with another world size at an epoch's end restarts
+  // the epoch as the new processes shard it; within an epoch it goes on at the first global batch
+  // at or after that position (a warning says how many samples are skipped), which needs the
+  // loader's batch_size() (ConfigError naming the loader when it is 0). When fit throws,
+  // Strategy::on_exception and teardown run before the exception propagates; at the end a
+  // barrier, then teardown. With
   // |ckpt_path| the run continues from that checkpoint (load_checkpoint: every field is checked
   // first): the module's tensors, optimizer and scheduler state, epoch, step, position in the
   // epoch, history and callbacks' state, so that the result is bit-identical to an uninterrupted
@@ -164,7 +201,8 @@ class Trainer {
   const std::filesystem::path& resumed_from() const { return resumed_from_; }
   // Whether fit has nothing to train (max_epochs or max_steps already reached).
   bool finished() const;
-  // Writes a checkpoint of the fit's state now (for ModelCheckpoint).
+  // Writes a checkpoint of the fit's state now (for ModelCheckpoint); on the global-zero process
+  // alone (elsewhere it does nothing).
   void save_checkpoint(const std::filesystem::path& path) const;
   double lr() const;
 
@@ -174,12 +212,19 @@ class Trainer {
 
  private:
   struct Fit;
+  void fit_loop(Fit& fit, LightningModule& module, DataLoader& train,
+                const std::filesystem::path& ckpt_path);
+  void resume(Fit& fit, const std::filesystem::path& ckpt_path);
+  void restart_position(Fit& fit, const std::filesystem::path& ckpt_path);
+  // The callbacks this process runs (rank_zero_only ones on global rank zero alone).
+  std::vector<Callback*> callbacks() const;
   void run_validation(Fit& fit);
   std::map<std::string, double> validation_loop(LightningModule& module, DataLoader& data);
   void end_epoch(Fit& fit, bool completed);
   void record_row(MetricsRow row);
 
   TrainerOptions options_;
+  std::shared_ptr<Strategy> strategy_;
   Device* device_ = nullptr;
   LightningModule* module_ = nullptr;
   DataLoader* val_ = nullptr;
