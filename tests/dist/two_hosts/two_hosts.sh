@@ -5,7 +5,8 @@
 # namespace, in place of ssh), and the ranks talk over TCP on the veth pair between the
 # namespaces (btl tcp,self; oob and btl restricted to that subnet).
 #
-#   two_hosts.sh [--per-host N] [--timeout S] [-x VAR]... [--mca K V]... -- PROGRAM [ARGS...]
+#   two_hosts.sh [--per-host N] [--timeout S] [-x VAR]... [--mca K V]... [--host-dirs PATH A B]
+#                -- PROGRAM [ARGS...]
 #
 # --per-host N  ranks on each host (default 1): the job has 2N ranks, 0..N-1 on host a.
 # --timeout S   seconds the job may take (default 120); then mpirun is ended (TERM, KILL 5 s later).
@@ -13,6 +14,8 @@
 #               environment (PATH, HOME and LANG only), as over ssh, so a rank there sees only the
 #               variables mpirun forwards. Repeatable.
 # --mca K V     an extra MCA parameter for mpirun. Repeatable.
+# --host-dirs PATH A B  the directory PATH (it must exist) shows directory A on host a and B on
+#               host b, as two machines' local disks (bind mounts inside the hosts' namespaces).
 #
 # Each host is a network namespace (its own address, 10.254.0.1 and .2 on a veth pair between the
 # two), entered with its own UTS namespace (hostname tessera-host-a / -b, which
@@ -32,8 +35,11 @@ per_host=1
 timeout_s=120
 exports=()
 mcas=()
+host_path=
+dir_a=
+dir_b=
 usage() {
-  sed -n '8,15p' "$0" >&2
+  sed -n '8,18p' "$0" >&2
   exit 2
 }
 while (($#)); do
@@ -42,6 +48,13 @@ while (($#)); do
     --timeout) timeout_s="${2:?--timeout needs a value}"; shift 2 ;;
     -x) exports+=(-x "${2:?-x needs a variable name}"); shift 2 ;;
     --mca) mcas+=(--mca "${2:?--mca needs a key}" "${3:?--mca needs a value}"); shift 3 ;;
+    --host-dirs)
+      host_path="${2:?--host-dirs needs PATH A B}"; dir_a="${3:?--host-dirs needs PATH A B}"
+      dir_b="${4:?--host-dirs needs PATH A B}"; shift 4
+      for d in "$host_path" "$dir_a" "$dir_b"; do
+        [[ -d "$d" ]] || { echo "two_hosts.sh: --host-dirs: '$d' is not a directory" >&2; exit 2; }
+      done
+      host_path="$(realpath "$host_path")"; dir_a="$(realpath "$dir_a")"; dir_b="$(realpath "$dir_b")" ;;
     --) shift; break ;;
     *) echo "two_hosts.sh: unknown option '$1'" >&2; usage ;;
   esac
@@ -153,13 +166,14 @@ printf '127.0.0.1\tlocalhost\n%s\t%s\n%s\t%s\n' "$addr_a" "$host_a" "$addr_b" "$
 cat >"$work/enter" <<EOF
 #!/bin/sh
 case "\$1" in
-  $host_a|$addr_a) ns=$ns_a; name=$host_a ;;
-  $host_b|$addr_b) ns=$ns_b; name=$host_b ;;
+  $host_a|$addr_a) ns=$ns_a; name=$host_a; dir="$dir_a" ;;
+  $host_b|$addr_b) ns=$ns_b; name=$host_b; dir="$dir_b" ;;
   *) echo "two_hosts.sh: no host '\$1' here ($host_a, $host_b)" >&2; exit 255 ;;
 esac
 shift
 exec ip netns exec "\$ns" unshare --uts sh -c \\
-  'mount --bind "$work/hosts" /etc/hosts && hostname "\$0" && exec "\$@"' "\$name" "\$@"
+  'mount --bind "$work/hosts" /etc/hosts && { [ -z "\$1" ] || mount --bind "\$1" "$host_path"; } &&
+   hostname "\$0" && shift && exec "\$@"' "\$name" "\$dir" "\$@"
 EOF
 # The agent, called by mpirun as it calls ssh ("agent [OPTIONS] HOST COMMAND..."): runs COMMAND
 # with sh on HOST, from a clean login-like environment as ssh would.
