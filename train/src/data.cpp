@@ -258,10 +258,34 @@ BatchLoader::BatchLoader(const Dataset& data, LoaderOptions options)
         data.images.size(), data.labels.size()));
   size_ = data.size;
   pixels_ = *pixels;
-  batches_ = options.drop_last ? data.size / options.batch_size
-                               : (data.size + options.batch_size - 1) / options.batch_size;
-  if (options.limit_batches > 0) batches_ = std::min(batches_, options.limit_batches);
+  count_batches();
   if (options_.prefetch == 0) options_.prefetch = 1;
+}
+
+void BatchLoader::count_batches() {
+  // DistributedSampler: ceil(size / world) each when padded, else the positions of this rank.
+  if (world_ == 1)
+    share_ = size_;
+  else if (pad_)
+    share_ = (size_ + world_ - 1) / world_;
+  else
+    share_ = size_ > rank_ ? (size_ - rank_ + world_ - 1) / world_ : 0;
+  const std::int64_t b = options_.batch_size;
+  batches_ = options_.drop_last ? share_ / b : (share_ + b - 1) / b;
+  if (options_.limit_batches > 0) batches_ = std::min(batches_, options_.limit_batches);
+}
+
+void BatchLoader::set_distributed(int rank, int world_size, bool pad_to_equal) {
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw InvalidArgument(fmt::format(
+        "set_distributed: rank {} of world_size {} is not valid: pass 0 <= rank < world_size", rank,
+        world_size));
+  stop();
+  produced_ = consumed_ = 0;
+  rank_ = rank;
+  world_ = world_size;
+  pad_ = pad_to_equal;
+  count_batches();
 }
 
 BatchLoader::~BatchLoader() {
@@ -269,7 +293,7 @@ BatchLoader::~BatchLoader() {
 }
 
 std::int64_t BatchLoader::num_samples() const {
-  return std::min(data_.size, batches_ * options_.batch_size);
+  return std::min(share_, batches_ * options_.batch_size);
 }
 
 void BatchLoader::stop() {
@@ -293,6 +317,15 @@ void BatchLoader::begin_epoch(std::int64_t epoch) {
   } else {
     order.resize(static_cast<std::size_t>(size_));
     std::iota(order.begin(), order.end(), 0);
+  }
+  if (world_ > 1) {  // this rank's positions of the (padded) order
+    std::vector<std::int64_t> mine(static_cast<std::size_t>(share_));
+    for (std::int64_t q = 0; q < share_; ++q) {
+      const std::int64_t p = q * world_ + rank_;
+      mine[static_cast<std::size_t>(q)] =
+          order[static_cast<std::size_t>(p < size_ ? p : (p - size_) % size_)];
+    }
+    order = std::move(mine);
   }
   produced_ = consumed_ = 0;
   worker_ =
@@ -321,7 +354,7 @@ void BatchLoader::produce(std::vector<std::int64_t> order, std::int64_t epoch) {
       Batch batch;
       batch.index = b;
       const std::int64_t begin = b * options_.batch_size;
-      batch.size = std::min(options_.batch_size, size_ - begin);
+      batch.size = std::min(options_.batch_size, static_cast<std::int64_t>(order.size()) - begin);
       batch.x.resize(static_cast<std::size_t>(batch.size * pixels));
       batch.y.resize(static_cast<std::size_t>(batch.size));
       for (std::int64_t i = 0; i < batch.size; ++i) {

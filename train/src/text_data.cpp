@@ -274,20 +274,46 @@ TextBatchLoader::TextBatchLoader(const TextSplit& split, TextLoaderOptions optio
   for (unsigned char c : vocab_) known[c] = true;
   for (unsigned char c : make_vocab(*text_))
     if (!known[c]) (void)encode_text(vocab_, *text_);  // throws, listing what is missing
-  if (options.part == TextPart::train) {
-    batches_ = options.batches_per_epoch > 0
-                   ? options.batches_per_epoch
-                   : std::max<std::int64_t>(1, len / (options.batch_size * options.context));
-  } else {
-    windows_ = (len - 1) / options.context;
-    batches_ = (windows_ + options.batch_size - 1) / options.batch_size;
-    if (options.eval_batches > 0) batches_ = std::min(batches_, options.eval_batches);
+  if (options.part == TextPart::val) windows_ = (len - 1) / options.context;
+  count_batches();
+}
+
+void TextBatchLoader::count_batches() {
+  const std::int64_t b = options_.batch_size, t = options_.context;
+  if (options_.part == TextPart::train) {
+    const auto len = static_cast<std::int64_t>(text_->size());
+    // The global batch's windows (checked: world * B * T may pass 64 bits only by overflowing).
+    const std::optional<std::int64_t> global = checked_mul(b * t, std::int64_t{world_});
+    batches_ = options_.batches_per_epoch > 0
+                   ? options_.batches_per_epoch
+                   : std::max<std::int64_t>(1, global ? len / *global : 0);
+    return;
   }
+  if (world_ == 1)
+    share_ = windows_;
+  else if (pad_)
+    share_ = (windows_ + world_ - 1) / world_;
+  else
+    share_ = windows_ > rank_ ? (windows_ - rank_ + world_ - 1) / world_ : 0;
+  batches_ = (share_ + b - 1) / b;
+  if (options_.eval_batches > 0) batches_ = std::min(batches_, options_.eval_batches);
+}
+
+void TextBatchLoader::set_distributed(int rank, int world_size, bool pad_to_equal) {
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw InvalidArgument(fmt::format(
+        "set_distributed: rank {} of world_size {} is not valid: pass 0 <= rank < world_size", rank,
+        world_size));
+  rank_ = rank;
+  world_ = world_size;
+  pad_ = pad_to_equal;
+  count_batches();
+  started_ = false;
 }
 
 std::int64_t TextBatchLoader::num_samples() const {
   if (options_.part == TextPart::train) return batches_ * options_.batch_size;
-  return std::min(windows_, batches_ * options_.batch_size);
+  return std::min(share_, batches_ * options_.batch_size);
 }
 
 std::vector<std::int64_t> TextBatchLoader::window_starts(std::int64_t epoch,
@@ -300,11 +326,16 @@ std::vector<std::int64_t> TextBatchLoader::window_starts(std::int64_t epoch,
         derive_seed(derive_seed(options_.seed, kWindowStream), static_cast<std::uint64_t>(epoch)),
         static_cast<std::uint64_t>(batch)));
     const auto range = static_cast<std::uint64_t>(static_cast<std::int64_t>(text_->size()) - t);
-    for (std::int64_t i = 0; i < b; ++i)
-      starts.push_back(static_cast<std::int64_t>(g.below(range)));
+    // The global batch's draws, this process's positions among them.
+    for (std::int64_t i = 0; i < b * world_; ++i) {
+      const auto start = static_cast<std::int64_t>(g.below(range));
+      if (i % world_ == rank_) starts.push_back(start);
+    }
   } else {
-    for (std::int64_t w = batch * b; w < std::min(windows_, (batch + 1) * b); ++w)
-      starts.push_back(w * t);
+    for (std::int64_t q = batch * b; q < std::min(share_, (batch + 1) * b); ++q) {
+      const std::int64_t p = q * world_ + rank_;
+      starts.push_back((p < windows_ ? p : (p - windows_) % windows_) * t);
+    }
   }
   return starts;
 }

@@ -152,7 +152,13 @@ void Trainer::resume(Fit& fit, const std::filesystem::path& ckpt_path) {
     tessera::log().warn("resuming with the checkpoint's seed {} (this run asked for {})",
                         progress_.seed, options_.seed);
   const int world = strategy_->world_size();
-  if (progress_.world_size != world && progress_.epoch_batch > 0) {
+  // Within an epoch, another global batch (another number of processes, or another batch size
+  // that the loader says) continues from the sample position.
+  const std::int64_t b = fit.train->batch_size();
+  const bool moved = progress_.world_size != world ||
+                     (b > 0 && progress_.epoch_sample >= 0 &&
+                      progress_.epoch_sample != progress_.epoch_batch * b * world);
+  if (moved && progress_.epoch_batch > 0) {
     restart_position(fit, ckpt_path);
   } else if (progress_.epoch_batch >= fit.num_batches) {
     throw InvalidArgument(
@@ -165,7 +171,7 @@ void Trainer::resume(Fit& fit, const std::filesystem::path& ckpt_path) {
         ckpt_path.string(), progress_.world_size, world, progress_.epoch + 1, world);
   }
   if (progress_.epoch_sample < 0)  // a file of one process that does not say
-    progress_.epoch_sample = progress_.epoch_batch * fit.train->batch_size() * world;
+    progress_.epoch_sample = progress_.epoch_batch * b * world;
   progress_.world_size = world;
   tessera::log().info("resumed from {} at epoch {} batch {} (step {})", ckpt_path.string(),
                       progress_.epoch, progress_.epoch_batch, progress_.global_step);

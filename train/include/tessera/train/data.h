@@ -115,7 +115,15 @@ class BatchLoader {
 
   std::int64_t num_batches() const { return batches_; }
   std::int64_t num_samples() const;
+  std::int64_t batch_size() const { return options_.batch_size; }
   const Dataset& dataset() const { return data_; }
+  // DataLoader::set_distributed (data_loader.h), as torch's DistributedSampler(shuffle, seed,
+  // drop_last=False) under a DataLoader(batch_size, drop_last): of the epoch's order (padded by
+  // repeating its first samples to a multiple of |world_size| when |pad_to_equal|), this loader
+  // takes positions rank, rank + world_size, ... and batches them. Ends the epoch under way;
+  // num_batches() and num_samples() count the share at once. Throws InvalidArgument for a rank
+  // outside [0, world_size) or world_size < 1.
+  void set_distributed(int rank, int world_size, bool pad_to_equal);
   void begin_epoch(std::int64_t epoch);
   // The next batch of the epoch, or false at its end (or before the first begin_epoch). Rethrows
   // what the worker threw (see above).
@@ -125,11 +133,15 @@ class BatchLoader {
   void stop();
   void produce(std::vector<std::int64_t> order, std::int64_t epoch);
   void check_dataset() const;
+  void count_batches();
 
   const Dataset& data_;
   LoaderOptions options_;
   std::int64_t batches_ = 0;
   std::int64_t size_ = 0, pixels_ = 0;  // the dataset's shape when the loader was made
+  int rank_ = 0, world_ = 1;            // set_distributed
+  bool pad_ = true;
+  std::int64_t share_ = 0;  // the samples of an epoch this loader yields (before batching)
   std::thread worker_;
   std::mutex mutex_;
   std::condition_variable cv_;

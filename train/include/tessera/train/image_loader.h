@@ -19,6 +19,11 @@ class ImageDataLoader final : public DataLoader {
   std::int64_t num_batches() const override { return loader_.num_batches(); }
   std::int64_t num_samples() const override { return loader_.num_samples(); }
   void begin_epoch(std::int64_t epoch) override { loader_.begin_epoch(epoch); }
+  // As BatchLoader's: DistributedSampler's shares of each epoch (data_loader.h).
+  void set_distributed(int rank, int world_size, bool pad_to_equal) override {
+    loader_.set_distributed(rank, world_size, pad_to_equal);
+  }
+  std::int64_t batch_size() const override { return loader_.batch_size(); }
   bool next(TensorBatch& out) override;
   const Dataset& dataset() const { return loader_.dataset(); }
 

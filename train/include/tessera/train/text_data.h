@@ -139,11 +139,22 @@ class TextBatchLoader : public DataLoader {
 
   std::int64_t num_batches() const override { return batches_; }
   std::int64_t num_samples() const override;
+  std::int64_t batch_size() const override { return options_.batch_size; }
+  // DataLoader::set_distributed (data_loader.h). train: batch k of every process draws the
+  // world_size * batch_size starts of the global batch k (the same generator) and keeps those at
+  // positions rank, rank + world_size, ...; batches_per_epoch 0 counts an epoch with the global
+  // batch, max(1, len / (world_size * batch_size * context)). val: this process takes the
+  // windows at positions rank, rank + world_size, ... (padded with the first windows to a
+  // multiple of world_size when |pad_to_equal|), batch_size per batch; eval_batches limits this
+  // process's batches. Throws InvalidArgument for a rank outside [0, world_size) or world_size
+  // < 1.
+  void set_distributed(int rank, int world_size, bool pad_to_equal) override;
   void begin_epoch(std::int64_t epoch) override;
   // The next batch of the epoch, or false at its end (or before the first begin_epoch).
   bool next(TensorBatch& out) override;
 
-  // The window starts of batch |batch| of epoch |epoch| (offsets into the part's text).
+  // The window starts of batch |batch| of epoch |epoch| (offsets into the part's text), of this
+  // process's share.
   std::vector<std::int64_t> window_starts(std::int64_t epoch, std::int64_t batch) const;
   const std::string& text() const { return *text_; }
   const std::string& vocab() const { return vocab_; }
@@ -154,7 +165,12 @@ class TextBatchLoader : public DataLoader {
   std::string vocab_;
   std::int32_t lookup_[256] = {};
   TextLoaderOptions options_;
+  void count_batches();
+
   std::int64_t batches_ = 0, windows_ = 0;  // windows_: the val part's fixed windows
+  std::int64_t share_ = 0;                  // val: the windows of this process's share
+  int rank_ = 0, world_ = 1;                // set_distributed
+  bool pad_ = true;
   std::int64_t epoch_ = 0, cursor_ = 0;
   bool started_ = false;
 };

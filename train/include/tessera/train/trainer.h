@@ -159,8 +159,9 @@ class Trainer {
   // process at the same batch; rank_zero_only callbacks run on global rank zero alone, and only
   // it writes checkpoints; samples/s is the job's. A checkpoint records the world size and the
   // epoch's global sample position: resuming with another world size at an epoch's end restarts
-  // the epoch as the new processes shard it; within an epoch it goes on at the first global batch
-  // at or after that position (a warning says how many samples are skipped), which needs the
+  // the epoch as the new processes shard it; within an epoch it (and a resume whose global batch
+  // differs by the loader's batch_size()) goes on at the first global batch at or after that
+  // position (a warning says how many samples are skipped), which needs the
   // loader's batch_size() (ConfigError naming the loader when it is 0). When fit throws,
   // Strategy::on_exception and teardown run before the exception propagates; at the end a
   // barrier, then teardown. With
