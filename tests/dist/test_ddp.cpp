@@ -321,3 +321,53 @@ TEST(DDPGpt, MatchesOneProcessWithTheGlobalBatch) {
 }
 
 }  // namespace
+
+namespace {
+
+// SyncBatchNorm over MPI: each rank normalises its share of a batch by the statistics of the
+// whole batch, as one process does on the whole batch (outputs, running statistics, gradients).
+TEST(DDPSyncBatchNorm, RanksOnSharesEqualOneProcessOnTheBatch) {
+  const int world = group().size(), rank = group().rank();
+  const std::int64_t per = 2, c = 3, global = per * world;
+  std::mt19937_64 gen(job_seed() + 77);
+  std::normal_distribution<float> normal(1, 2);
+  std::vector<float> x(static_cast<std::size_t>(global * c * 16));
+  for (float& v : x) v = normal(gen);
+  std::vector<float> mine;
+  for (std::int64_t i = rank; i < global; i += world)
+    mine.insert(mine.end(), x.begin() + i * c * 16, x.begin() + (i + 1) * c * 16);
+  BatchNorm2d synced(c), whole(c);
+  EXPECT_EQ(convert_sync_batchnorm(synced, &group()), 1);
+  Variable xs(Tensor::from(mine, Shape({per, c, 4, 4})), true);
+  Variable xw(Tensor::from(x, Shape({global, c, 4, 4})), true);
+  Variable ys = synced.forward(xs), yw = whole.forward(xw);
+  // A loss whose gradient differs per sample: sum(y * w) with w the sample's position.
+  std::vector<float> w(x.size());
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 7) - 3;
+  std::vector<float> w_mine;
+  for (std::int64_t i = rank; i < global; i += world)
+    w_mine.insert(w_mine.end(), w.begin() + i * c * 16, w.begin() + (i + 1) * c * 16);
+  ys.backward(Tensor::from(w_mine, Shape({per, c, 4, 4})));
+  yw.backward(Tensor::from(w, Shape({global, c, 4, 4})));
+  const auto out_s = ys.value().to_vector<float>(), out_w = yw.value().to_vector<float>();
+  const auto gx_s = xs.grad().to_vector<float>(), gx_w = xw.grad().to_vector<float>();
+  double err = 0, ref = 0, gerr = 0, gref = 0;
+  for (std::int64_t k = 0; k < per; ++k) {
+    const std::int64_t i = rank + k * world;  // this rank's k-th sample in the whole batch
+    for (std::int64_t e = 0; e < c * 16; ++e) {
+      const auto a = static_cast<std::size_t>(k * c * 16 + e),
+                 b = static_cast<std::size_t>(i * c * 16 + e);
+      err += std::pow(out_s[a] - out_w[b], 2);
+      ref += std::pow(out_w[b], 2);
+      gerr += std::pow(gx_s[a] - gx_w[b], 2);
+      gref += std::pow(gx_w[b], 2);
+    }
+  }
+  EXPECT_LT(std::sqrt(err / ref), 1e-5);
+  EXPECT_LT(std::sqrt(gerr / gref), 1e-5);
+  const auto rm_s = synced.running_mean().to_vector<float>(),
+             rm_w = whole.running_mean().to_vector<float>();
+  for (std::size_t i = 0; i < rm_s.size(); ++i) EXPECT_NEAR(rm_s[i], rm_w[i], 1e-5);
+}
+
+}  // namespace

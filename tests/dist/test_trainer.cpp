@@ -33,13 +33,13 @@ Dataset synthetic() {
   return d;
 }
 
-struct Run {
+struct FitResult {
   std::vector<std::vector<float>> weights;
   std::map<std::string, double> metrics;
   int world = 0;
 };
 
-Run fit(const Dataset& d, const std::string& strategy, std::int64_t batch) {
+FitResult fit(const Dataset& d, const std::string& strategy, std::int64_t batch) {
   seed_everything(11);
   auto net = std::make_shared<Sequential>();
   net->add(std::make_shared<Flatten>());
@@ -56,9 +56,10 @@ Run fit(const Dataset& d, const std::string& strategy, std::int64_t batch) {
   lo.seed = 3;
   ImageDataLoader train_loader(d, lo);
   lo.shuffle = false;
-  ImageDataLoader val_loader(d.head(90), lo);
+  const Dataset val = d.head(90);  // the loader keeps a reference
+  ImageDataLoader val_loader(val, lo);
   trainer.fit(model, train_loader, &val_loader);
-  Run r;
+  FitResult r;
   for (const auto& p : net->named_parameters())
     r.weights.push_back(p.variable->value().to_vector<float>());
   r.metrics = trainer.callback_metrics();
@@ -69,8 +70,8 @@ Run fit(const Dataset& d, const std::string& strategy, std::int64_t batch) {
 TEST(DDPTrainer, FitWithStrategyDdpMatchesOneProcessWithTheGlobalBatch) {
   const Dataset d = synthetic();
   const int n = group().size();
-  const Run ddp = fit(d, "ddp", 8);
-  const Run one = fit(d, "single_device", 8 * n);
+  const FitResult ddp = fit(d, "ddp", 8);
+  const FitResult one = fit(d, "single_device", 8 * n);
   EXPECT_EQ(ddp.world, n);
   EXPECT_EQ(one.world, 1);
   double err = 0, ref = 0;
