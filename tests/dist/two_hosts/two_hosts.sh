@@ -192,7 +192,7 @@ mkdir "$work/tmp"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun_args=(-np $((2 * per_host)) --hostfile "$work/hostfile" --bind-to none
              --mca plm_rsh_agent "$work/agent" --mca plm_rsh_no_tree_spawn 1
-             --mca pml ob1 --mca btl tcp,self
+             --mca pml ob1 --mca btl "tcp,self"
              --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet"
              --mca orte_tmpdir_base "$work/tmp"
              "${exports[@]}" "${mcas[@]}")
