@@ -45,13 +45,16 @@ void launch_if_needed(int devices, const std::string& strategy, int argc, char**
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   const std::string mpirun = dist::mpirun_path();
-  std::vector<std::string> args{mpirun,
-                                "-np",
-                                std::to_string(devices),
-                                "--bind-to",
-                                "none",
-                                "--oversubscribe",
-                                self.empty() ? argv[0] : self};
+  std::vector<std::string> args{mpirun,      "-np",  std::to_string(devices),
+                                "--bind-to", "none", "--oversubscribe"};
+  // The drivers' selection variables, forwarded with their values: mpirun passes most of the
+  // environment as it is, but was seen to cut OCL_ICD_FILENAMES to its first entry (dropping the
+  // NVIDIA OpenCL driver) unless given as -x NAME=VALUE.
+  for (const char* name : {"OCL_ICD_FILENAMES", "OCL_ICD_VENDORS", "VK_DRIVER_FILES",
+                           "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"})
+    if (const char* value = std::getenv(name); value && *value)
+      args.insert(args.end(), {"-x", fmt::format("{}={}", name, value)});
+  args.push_back(self.empty() ? argv[0] : self);
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
   std::vector<char*> c_args;
   for (std::string& a : args) c_args.push_back(a.data());

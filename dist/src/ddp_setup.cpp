@@ -6,6 +6,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dist_internal.h"
 #include "tessera/checked.h"
@@ -58,14 +59,29 @@ Device& DDPStrategy::device(const std::string& accelerator, int devices) {
   // Errors for unknown or unavailable names, as the single-process Trainer gives them.
   Device& named = train::resolve_accelerator(accelerator, 1);
   if (accelerator.find(':') != std::string::npos) return named;
+  // The plugin's devices of its best kind (discrete GPUs before integrated ones, GPUs before a
+  // CPU device such as PoCL's or lavapipe's), so that ranks never land on a CPU device while the
+  // plugin also drives a GPU.
+  const auto rank_of = [](const Device* d) { return static_cast<int>(d->info().type); };
   std::vector<Device*> candidates;
   for (Device* d : tessera::devices())
     if (d->plugin_name() == named.plugin_name()) candidates.push_back(d);
+  if (!candidates.empty()) {
+    const int best = rank_of(*std::min_element(
+        candidates.begin(), candidates.end(),
+        [&](const Device* a, const Device* b) { return rank_of(a) < rank_of(b); }));
+    std::erase_if(candidates, [&](const Device* d) { return rank_of(d) != best; });
+  }
   if (candidates.empty()) return named;
   const std::size_t count = candidates.size();
-  if (static_cast<std::size_t>(local) > count && group_->local_rank() == 0)
-    log().warn("{} processes on host {} share {} {} device(s): local rank r trains on {}:(r % {})",
-               local, group_->host(), count, named.plugin_name(), named.plugin_name(), count);
+  if (static_cast<std::size_t>(local) > count && group_->local_rank() == 0) {
+    std::vector<std::string> ids;
+    for (const Device* d : candidates) ids.push_back(d->id());
+    log().warn(
+        "{} processes on host {} share {} {} device(s) [{}]: local rank r trains on the "
+        "(r % {})-th",
+        local, group_->host(), count, named.plugin_name(), fmt::join(ids, ", "), count);
+  }
   return *candidates[static_cast<std::size_t>(group_->local_rank()) % count];
 }
 

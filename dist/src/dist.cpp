@@ -1,6 +1,9 @@
 // The "ddp" registration and the launcher's environment.
 #include "tessera/dist/dist.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -27,16 +30,27 @@ bool env_set(const char* name) {
   return v && *v;
 }
 
+// This process's rank as the launcher numbered it (0 when it says nothing).
+long env_rank(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return *end == '\0' && n >= 0 ? n : 0;
+}
+
 struct Launch {
   std::string how;  // "mpirun", "srun", "a PMI launcher"
   long size = 0;
+  long rank = 0;
 };
 
 Launch detect() {
-  if (long n = env_count("OMPI_COMM_WORLD_SIZE")) return {"mpirun -np", n};
-  if (long n = env_count("PMI_SIZE")) return {"mpiexec -n", n};
+  if (long n = env_count("OMPI_COMM_WORLD_SIZE"))
+    return {"mpirun -np", n, env_rank("OMPI_COMM_WORLD_RANK")};
+  if (long n = env_count("PMI_SIZE")) return {"mpiexec -n", n, env_rank("PMI_RANK")};
   if (env_set("SLURM_PROCID") || env_set("PMIX_RANK"))
-    if (long n = env_count("SLURM_NTASKS")) return {"srun -n", n};
+    if (long n = env_count("SLURM_NTASKS")) return {"srun -n", n, env_rank("SLURM_PROCID")};
   return {};
 }
 
@@ -66,7 +80,17 @@ std::string failure_message(MpiProcessGroup& group, const std::exception& error)
 }
 
 void abort_job_if_distributed(const std::exception& error) {
-  if (!MpiProcessGroup::started()) return;
+  if (!MpiProcessGroup::started()) {
+    // Failed before MPI started (a bad option, no checkpoint on this machine): this process
+    // exits, and the launcher ends the job; say which rank it was.
+    if (const Launch l = detect(); l.size > 1) {
+      char host[256] = {};
+      gethostname(host, sizeof host - 1);
+      std::fprintf(stderr, "tessera: rank %ld (host %s) failed before the job started: %s\n",
+                   l.rank, host, error.what());
+    }
+    return;
+  }
   MpiProcessGroup& group = MpiProcessGroup::world();
   if (group.size() > 1) group.abort(failure_message(group, error));
 }

@@ -126,6 +126,24 @@ void Trainer::fit(LightningModule& module, DataLoader& train, DataLoader* val,
 void Trainer::resume(Fit& fit, const std::filesystem::path& ckpt_path) {
   TrainingProgress p =
       load_checkpoint(ckpt_path, *module_, *config_.optimizer, config_.lr_scheduler.get());
+  if (strategy_->world_size() > 1) {
+    // Every rank reads the checkpoint itself: ranks that found different files (a stale copy on
+    // one machine) would run different steps and wait on each other for ever.
+    const std::vector<double> mine{static_cast<double>(p.epoch), static_cast<double>(p.global_step),
+                                   static_cast<double>(p.epoch_sample)};
+    std::vector<double> v;
+    for (double x : mine) v.push_back(x);
+    for (double x : mine) v.push_back(-x);
+    strategy_->reduce_max(v);
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      if (v[i] != -v[i + mine.size()])
+        throw DistributedError(fmt::format(
+            "{}: the ranks resumed from different checkpoints (this rank, {}, has epoch {}, step "
+            "{}; the newest among the ranks has epoch {}, step {}); every rank reads the "
+            "checkpoint itself: put the checkpoint directory on a file system all machines "
+            "share, or copy the same file to each",
+            ckpt_path.string(), strategy_->global_rank(), p.epoch, p.global_step, v[0], v[1]));
+  }
   // The callbacks' state, each checked before any is changed (a malformed one leaves all).
   std::vector<std::pair<Callback*, const std::map<std::string, std::string>*>> states;
   for (auto& cb : options_.callbacks)
