@@ -8,24 +8,15 @@
 
 #include <gtest/gtest.h>
 
+#include "dist_test_util.h"
 #include "tessera/dist/dist.h"
 
 namespace {
 
 using tessera::dist::MpiProcessGroup;
 
-MpiProcessGroup& group() {
-  return MpiProcessGroup::world();
-}
-
-std::uint64_t job_seed() {
-  static const std::uint64_t seed = [] {
-    std::uint64_t s = std::random_device{}();
-    group().broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&s, 1)), 0);
-    return s;
-  }();
-  return seed;
-}
+using tessera::dist::testing::group;
+using tessera::dist::testing::job_seed;
 
 // Rank |r|'s values for a test: fresh random numbers (rank 0's seed for the run, broadcast)
 // that every rank can generate for every other rank.

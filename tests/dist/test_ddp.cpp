@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dist_test_util.h"
 #include "tessera/dist/dist.h"
 #include "tessera/runtime.h"
 #include "tessera/train/train.h"
@@ -19,18 +20,8 @@ using tessera::dist::DDPOptions;
 using tessera::dist::DDPStrategy;
 using tessera::dist::MpiProcessGroup;
 
-MpiProcessGroup& group() {
-  return MpiProcessGroup::world();
-}
-
-std::uint64_t job_seed() {
-  static const std::uint64_t seed = [] {
-    std::uint64_t s = std::random_device{}();
-    group().broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&s, 1)), 0);
-    return s;
-  }();
-  return seed;
-}
+using tessera::dist::testing::group;
+using tessera::dist::testing::job_seed;
 
 Device& test_device() {
   const char* v = std::getenv("TESSERA_DIST_TEST_DEVICE");

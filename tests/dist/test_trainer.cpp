@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dist_test_util.h"
 #include "tessera/dist/dist.h"
 #include "tessera/train/train.h"
 
@@ -14,9 +15,7 @@ using namespace tessera;
 using namespace tessera::train;
 using tessera::dist::MpiProcessGroup;
 
-MpiProcessGroup& group() {
-  return MpiProcessGroup::world();
-}
+using tessera::dist::testing::group;
 
 // 96 random 8x8 images of 4 classes, the same on every rank (rank 0's seed).
 Dataset synthetic() {
