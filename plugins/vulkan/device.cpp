@@ -143,6 +143,9 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   // 8-bit storage lets portable kernels read and write bool masks (kernels/README.md).
   VkPhysicalDeviceVulkan12Features enable12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   enable12.storageBuffer8BitAccess = f12.storageBuffer8BitAccess;
+  // Timeline semaphores let a read wait for its batch without holding the queue (queue.cpp).
+  enable12.timelineSemaphore = f12.timelineSemaphore;
+  timeline_ = f12.timelineSemaphore == VK_TRUE;
   di.pNext = &enable12;
   di.enabledExtensionCount = static_cast<std::uint32_t>(exts.size());
   di.ppEnabledExtensionNames = exts.data();

@@ -35,6 +35,14 @@ VulkanQueue::VulkanQueue(VulkanDevice& device) : dev_(device) {
   pi.queueFamilyIndex = device.queue_family();
   check(vkCreateCommandPool(device.handle(), &pi, nullptr, &pool_), "vkCreateCommandPool",
         device.name());
+  if (device.timeline_semaphores()) {
+    VkSemaphoreTypeCreateInfo ti{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+    ti.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+    ti.initialValue = 0;
+    VkSemaphoreCreateInfo si{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, &ti, 0};
+    check(vkCreateSemaphore(device.handle(), &si, nullptr, &timeline_), "vkCreateSemaphore",
+          device.name());
+  }
 }
 
 VulkanQueue::~VulkanQueue() = default;  // never destroyed before exit (see ~VulkanDevice)
@@ -89,7 +97,17 @@ void VulkanQueue::submit() {
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   si.commandBufferCount = 1;
   si.pCommandBuffers = &open_->cb;
+  const std::uint64_t value = submitted_ + 1;
+  VkTimelineSemaphoreSubmitInfo ti{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+  if (timeline_) {
+    ti.signalSemaphoreValueCount = 1;
+    ti.pSignalSemaphoreValues = &value;
+    si.pNext = &ti;
+    si.signalSemaphoreCount = 1;
+    si.pSignalSemaphores = &timeline_;
+  }
   const VkResult r = vkQueueSubmit(dev_.vk_queue(), 1, &si, open_->fence);
+  if (r == VK_SUCCESS) submitted_ = value;
   if (r != VK_SUCCESS) {
     // The batch is lost; drop it so that the queue stays usable, and report.
     vkResetCommandBuffer(open_->cb, 0);
@@ -173,11 +191,28 @@ void VulkanQueue::write(Buffer& dst, std::size_t offset, const void* src, std::s
   open_->frees.emplace_back(&dev_.staging_pool(), s);
 }
 
+void VulkanQueue::submit_and_wait_unlocked(std::unique_lock<std::mutex>& lock) {
+  submit();
+  const std::uint64_t target = submitted_;
+  lock.unlock();
+  VkSemaphoreWaitInfo wi{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+  wi.semaphoreCount = 1;
+  wi.pSemaphores = &timeline_;
+  wi.pValues = &target;
+  const VkResult r = vkWaitSemaphores(dev_.handle(), &wi, UINT64_MAX);
+  lock.lock();
+  check(r, "vkWaitSemaphores", dev_.name());
+  reclaim(false);
+}
+
 void VulkanQueue::read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) {
   if (bytes == 0) return;
   const Allocation& s = alloc_of(src);
-  std::lock_guard lock(mu_);
-  if (s.host()) {
+  std::unique_lock lock(mu_);
+  // With timeline semaphores, every read goes through a staging copy taken at its place in the
+  // stream and waits without holding the queue: work other threads record meanwhile may write
+  // |src| (host-visible memory included) without changing what this read returns.
+  if (s.host() && !timeline_) {
     wait_all();
     std::memcpy(dst, s.host() + offset, bytes);
     return;
@@ -189,7 +224,10 @@ void VulkanQueue::read(const Buffer& src, std::size_t offset, void* dst, std::si
     hazard(a);
     const VkBufferCopy region{s.offset + offset, st.offset, bytes};
     vkCmdCopyBuffer(cb, s.block->buffer, st.block->buffer, 1, &region);
-    wait_all();
+    if (timeline_)
+      submit_and_wait_unlocked(lock);
+    else
+      wait_all();
   } catch (...) {
     dev_.staging_pool().free(st);
     throw;

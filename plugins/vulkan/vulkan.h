@@ -143,8 +143,15 @@ class VulkanQueue final : public Queue {
   void submit();                                  // ends and submits the open batch
   void wait_all();
   void reclaim(bool wait);
+  // Submits the open batch and waits for it with |lock| released, so that other threads keep
+  // recording meanwhile (a gradient bucket read back on DDP's communication thread while backward
+  // goes on). Needs timeline_; |lock| holds mu_ again on return.
+  void submit_and_wait_unlocked(std::unique_lock<std::mutex>& lock);
   VulkanDevice& dev_;
   std::mutex mu_;
+  // Signalled with the count of batches submitted so far (null without timeline semaphores).
+  VkSemaphore timeline_ = VK_NULL_HANDLE;
+  std::uint64_t submitted_ = 0;
   VkCommandPool pool_ = VK_NULL_HANDLE;
   std::unique_ptr<Batch> open_;
   int dispatches_ = 0;
@@ -235,6 +242,8 @@ class VulkanDevice final : public Device {
   // buffer is 128 MiB (maxStorageBufferRange)").
   InvalidArgument buffer_limit_error(std::size_t bytes) const;
   PFN_vkCmdPushDescriptorSetKHR push_descriptor = nullptr;
+  // Whether timeline semaphores were enabled (Vulkan 1.2's timelineSemaphore feature).
+  bool timeline_semaphores() const { return timeline_; }
   // Free bytes of |heap| as the driver reports them (VK_EXT_memory_budget), or -1 when unknown.
   std::int64_t heap_budget(std::uint32_t heap) const;
 
@@ -246,6 +255,7 @@ class VulkanDevice final : public Device {
   VkQueue vk_queue_ = VK_NULL_HANDLE;
   std::uint32_t family_ = 0;
   bool budget_ext_ = false;
+  bool timeline_ = false;
   VkDeviceSize max_buffer_ = 0;
   const char* max_buffer_limit_ = "maxStorageBufferRange";
   GemmTiles tiles_{};
