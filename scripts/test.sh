@@ -11,8 +11,9 @@ echo "== build (Release, -Werror)"
 # python3-torch: the PyTorch peer of tessera-bench's fit case test. clang and libclang-rt-14-dev:
 # the fuzz stage's libFuzzer build. llvm (llvm-symbolizer) and libc6-dbg (glibc's symbols):
 # without both, sanitizer reports show glibc's frames as library+offset, and the suppressions by
-# function name in tests/lsan.supp (_dlerror_run, ...) match nothing on a fresh Debian.
-TESSERA_EXTRA_PACKAGES="python3-venv python3-torch clang libclang-rt-14-dev llvm libc6-dbg" scripts/setup.sh build -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON -DTESSERA_REQUIRE_GPU_PLUGINS=ON
+# function name in tests/lsan.supp (_dlerror_run, ...) match nothing on a fresh Debian. iproute2:
+# the tests that run one MPI job across two network namespaces (tests/dist/two_hosts).
+TESSERA_EXTRA_PACKAGES="python3-venv python3-torch clang libclang-rt-14-dev llvm libc6-dbg iproute2" scripts/setup.sh build -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON -DTESSERA_REQUIRE_GPU_PLUGINS=ON
 
 # The checkpoint test reads a checkpoint with Python's safetensors library (PyPI, test-only): a
 # virtual environment in .venv-test, made once.

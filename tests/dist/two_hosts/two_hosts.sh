@@ -68,6 +68,14 @@ skip() { echo "two_hosts.sh: skipped: $*" >&2; exit 77; }
 for tool in ip unshare mount mpirun timeout; do
   command -v "$tool" >/dev/null || skip "'$tool' not found (apt-get install iproute2 util-linux openmpi-bin)"
 done
+# Namespaces must be creatable and enterable here (a container without CAP_SYS_ADMIN, or a chroot
+# whose / is not a mount point, can not): probe with a throwaway one, and say why when not.
+probe_ns="tsr2hp$$"
+if ! probe_err="$( { ip netns add "$probe_ns" && ip netns exec "$probe_ns" true; } 2>&1)"; then
+  ip netns del "$probe_ns" 2>/dev/null || true
+  skip "network namespaces can not be made or entered here: ${probe_err:-no reason given}"
+fi
+ip netns del "$probe_ns" 2>/dev/null || true
 program="$1"
 [[ "$program" == */* ]] || program="$(command -v "$program")" || { echo "two_hosts.sh: '$1' not found" >&2; exit 2; }
 program="$(realpath "$program")"
