@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "tessera/errors.h"
+#include "type_name.h"
 
 namespace tessera::train {
 
@@ -19,7 +20,7 @@ void DataLoader::set_distributed(int rank, int world_size, bool pad_to_equal) {
       "this data loader ({}) can not be sharded among {} processes: it does not implement "
       "set_distributed; implement it (each rank takes its share of every epoch), or train with "
       "one process",
-      typeid(*this).name(), world_size));
+      detail::type_name(typeid(*this)), world_size));
 }
 
 }  // namespace tessera::train

@@ -1,7 +1,5 @@
 #include "tessera/train/modules.h"
 
-#include <cxxabi.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <ostream>
@@ -13,6 +11,7 @@
 #include "tessera/errors.h"
 #include "tessera/generator.h"
 #include "tessera/ops.h"
+#include "type_name.h"
 
 namespace tessera::train {
 
@@ -290,11 +289,7 @@ void Module::zero_grad(bool set_to_none) {
 }
 
 std::string Module::name() const {
-  const char* mangled = typeid(*this).name();
-  int status = 0;
-  char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-  std::string full = status == 0 && d ? d : mangled;
-  std::free(d);
+  const std::string full = detail::type_name(typeid(*this));
   const std::size_t colon = full.rfind("::", full.find('<'));
   return colon == std::string::npos ? full : full.substr(colon + 2);
 }

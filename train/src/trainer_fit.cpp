@@ -18,6 +18,7 @@
 #include "tessera/train/layers.h"
 #include "trainer_fit.h"
 #include "trainer_steps.h"
+#include "type_name.h"
 
 namespace tessera::train {
 
@@ -205,8 +206,8 @@ void Trainer::restart_position(Fit& fit, const std::filesystem::path& ckpt_path)
         "continuing within the epoch needs the training loader's batch size, which this loader "
         "({}) does not give (DataLoader::batch_size() is 0): resume with {} process(es), from a "
         "checkpoint taken at an epoch's end, or implement batch_size()",
-        ckpt_path.string(), progress_.epoch + 1, progress_.world_size, world, typeid(loader).name(),
-        progress_.world_size));
+        ckpt_path.string(), progress_.epoch + 1, progress_.world_size, world,
+        detail::type_name(typeid(loader)), progress_.world_size));
   }
   // Samples of the epoch the job had trained; a file of one process that does not say had the
   // same batch size per process.
