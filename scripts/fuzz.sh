@@ -10,7 +10,7 @@
 # written to build-fuzz/findings/TARGET/ and the command that replays it is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${TESSERA_FUZZ_SECONDS:-30}
+seconds=${TESSERA_FUZZ_SECONDS:-20}
 targets=("$@")
 ((${#targets[@]})) || targets=(idx safetensors checkpoint env)
 

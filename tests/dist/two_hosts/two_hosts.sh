@@ -76,6 +76,10 @@ if ! probe_err="$( { ip netns add "$probe_ns" && ip netns exec "$probe_ns" true;
   skip "network namespaces can not be made or entered here: ${probe_err:-no reason given}"
 fi
 ip netns del "$probe_ns" 2>/dev/null || true
+# The sanitizers' settings reach the second host too (its daemon starts from a clean environment).
+for var in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS ASAN_SYMBOLIZER_PATH; do
+  [[ -z "${!var:-}" ]] || exports+=(-x "$var")
+done
 program="$1"
 [[ "$program" == */* ]] || program="$(command -v "$program")" || { echo "two_hosts.sh: '$1' not found" >&2; exit 2; }
 program="$(realpath "$program")"
