@@ -56,8 +56,10 @@ class DDPStrategy final : public train::Strategy {
   // that CPU ranks share the cores. Call before the runtime starts (the Trainer does).
   void setup_environment() override;
   // The accelerator's device that this rank's local rank selects: for a plugin name ("cpu",
-  // "vulkan", or "auto": the plugin of the default device) its devices' index local_rank % count
-  // (a warning when ranks of one machine share a device); a device named with its index
+  // "vulkan", or "auto": the plugin of the default device) its devices of their best kind
+  // (discrete GPUs before integrated ones, GPUs before CPU devices such as PoCL's), index
+  // local_rank % count (a warning when ranks of one machine share a device); a device named with
+  // its index
   // ("vulkan:1") is taken as named. |devices| 1 means "as launched"; any other value must equal
   // the processes on this machine. Throws ConfigError (naming how the job was started and what
   // to pass) for a |devices| or num_nodes that does not match the job, and what
