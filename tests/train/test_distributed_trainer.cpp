@@ -46,8 +46,8 @@ LoaderOptions loader(std::int64_t batch, bool shuffle = true) {
 
 // Flatten, Linear 16-10 with cross-entropy; SGD (momentum 0.9).
 struct Net : ImageClassifier {
-  explicit Net(std::function<void(Net&, std::int64_t)> hook = nullptr)
-      : ImageClassifier(make(),
+  explicit Net(std::function<void(Net&, std::int64_t)> hook = nullptr, bool bn = false)
+      : ImageClassifier(make(bn),
                         [](Module& m) {
                           OptimizerConfig c;
                           SgdOptions o;
@@ -57,9 +57,10 @@ struct Net : ImageClassifier {
                           return c;
                         }),
         on_step(std::move(hook)) {}
-  static std::shared_ptr<Module> make() {
+  static std::shared_ptr<Module> make(bool bn) {
     Generator g(42);
     auto s = std::make_shared<Sequential>();
+    if (bn) s->emplace<BatchNorm2d>(1);
     s->emplace<Flatten>().add(std::make_shared<Linear>(16, 10, g));
     return s;
   }
@@ -73,7 +74,8 @@ struct Net : ImageClassifier {
 };
 
 double normalised_error(const Tensor& a, const Tensor& b) {
-  const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+  const std::vector<float> x = cast(a, DType::f32).to_vector<float>(),
+                           y = cast(b, DType::f32).to_vector<float>();
   double num = 0, den = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     num += (double{x[i]} - y[i]) * (double{x[i]} - y[i]);
@@ -108,8 +110,12 @@ fs::path temp_dir(const std::string& name) {
   return p;
 }
 
+// Whether fit_ranks and fit_one train the net with a BatchNorm2d in front.
+bool g_bn_net = false;
+
 struct RankResult {
-  std::vector<Tensor> weights;
+  std::vector<Tensor> weights;              // parameters, then buffers
+  std::map<std::string, double> validated;  // Trainer::validate after the fit
   std::map<std::string, double> metrics;
   std::int64_t global_step = 0;
   int synced = 0, local = 0, teardowns = 0;
@@ -131,13 +137,15 @@ std::vector<RankResult> fit_ranks(int n, std::int64_t per_rank, const Dataset& t
     EXPECT_EQ(t.world_size(), n);
     EXPECT_EQ(t.global_rank(), rank);
     EXPECT_EQ(t.is_global_zero(), rank == 0);
-    Net net;
+    Net net(nullptr, g_bn_net);
     ImageDataLoader tl(train, loader(per_rank)), vl(val, loader(5, false));
     t.fit(net, tl, &vl, resume);
+    out[static_cast<std::size_t>(rank)].validated = t.validate(net, vl);
     // The loaders are back to one process.
     EXPECT_EQ(tl.num_samples(), train.size);
     RankResult& r = out[static_cast<std::size_t>(rank)];
     for (const Variable& p : net.parameters()) r.weights.push_back(p.value());
+    for (const auto& b : net.named_buffers()) r.weights.push_back(*b.tensor);
     r.metrics = t.callback_metrics();
     r.global_step = t.global_step();
     r.synced = strategy->synced;
@@ -155,11 +163,13 @@ RankResult fit_one(std::int64_t batch, const Dataset& train, const Dataset& val,
   EXPECT_EQ(t.world_size(), 1);
   EXPECT_TRUE(t.is_global_zero());
   EXPECT_EQ(t.strategy().name(), "single_device");
-  Net net;
+  Net net(nullptr, g_bn_net);
   ImageDataLoader tl(train, loader(batch)), vl(val, loader(5, false));
   t.fit(net, tl, &vl);
   RankResult r;
+  r.validated = t.validate(net, vl);
   for (const Variable& p : net.parameters()) r.weights.push_back(p.value());
+  for (const auto& b : net.named_buffers()) r.weights.push_back(*b.tensor);
   r.metrics = t.callback_metrics();
   r.global_step = t.global_step();
   return r;
@@ -178,6 +188,11 @@ void expect_same(const RankResult& a, const RankResult& ref) {
         << m;
   }
   EXPECT_EQ(a.global_step, ref.global_step);
+  for (const char* m : {"val_loss", "val_acc"})
+    if (ref.validated.count(m)) {
+      ASSERT_TRUE(a.validated.count(m)) << m;
+      EXPECT_NEAR(a.validated.at(m), ref.validated.at(m), 1e-5) << m;
+    }
 }
 
 }  // namespace
@@ -417,4 +432,61 @@ TEST(DistributedTrainer, OptionsAreChecked) {
     ok[static_cast<std::size_t>(rank)] = t.world_size() == 2;
   });
   EXPECT_TRUE(ok[0] && ok[1]);
+}
+
+TEST(DistributedTrainer, CheckpointWorldSizeAndSamplePosition) {
+  const Dataset train = random_images(24, 1);
+  const fs::path dir = temp_dir("ddp-fields");
+  Trainer t(options(1));
+  Net net;
+  ImageDataLoader tl(train, loader(6));
+  t.fit(net, tl);
+  const fs::path good = dir / "good.safetensors", bad = dir / "bad.safetensors";
+  t.save_checkpoint(good);
+  const SafetensorsContents c = load_safetensors(good, &device("cpu"));
+  EXPECT_EQ(c.metadata.at("world_size"), "1");
+  EXPECT_EQ(c.metadata.at("epoch_sample"), "0");
+  SGD opt(net.named_parameters(), SgdOptions{});
+  auto load_with = [&](const std::map<std::string, std::string>& changes) {
+    SafetensorsContents e = c;
+    for (const auto& [k, v] : changes)
+      if (v.empty())
+        e.metadata.erase(k);
+      else
+        e.metadata[k] = v;
+    save_safetensors(bad, e.tensors, e.metadata);
+    return load_checkpoint(bad, net, opt);
+  };
+  // Files without the keys (one process): world_size 1.
+  EXPECT_EQ(load_with({{"world_size", ""}, {"epoch_sample", ""}}).world_size, 1);
+  EXPECT_EQ(load_with({{"world_size", "3"}}).world_size, 3);
+  for (const char* v : {"0", "-1", "x", "99999999999"}) {
+    try {
+      load_with({{"world_size", v}});
+      FAIL() << v;
+    } catch (const FileError& e) {
+      EXPECT_NE(std::string(e.what()).find("world_size"), std::string::npos) << e.what();
+    }
+  }
+  // A sample position at an epoch's end is malformed.
+  EXPECT_THROW(load_with({{"epoch_sample", "12"}}), FileError);
+  TrainingProgress p;
+  p.world_size = 0;
+  EXPECT_THROW(save_checkpoint(bad, net, opt, p), InvalidArgument);
+  fs::remove_all(dir);
+}
+
+TEST(DistributedTrainer, SyncBatchnormGivesTheGlobalBatchsStatistics) {
+  const Dataset train = random_images(48, 1), val = random_images(10, 2);
+  g_bn_net = true;
+  const RankResult one = fit_one(12, train, val);
+  const auto ranks =
+      fit_ranks(2, 6, train, val, [](TrainerOptions& o, int) { o.sync_batchnorm = true; });
+  // Without it each rank normalises by its own batch: the running statistics differ.
+  const auto local = fit_ranks(2, 6, train, val);
+  g_bn_net = false;
+  for (const RankResult& r : ranks) expect_same(r, one);
+  ASSERT_EQ(local[0].weights.size(), one.weights.size());
+  const std::size_t running_mean = one.weights.size() - 3;  // buffers: mean, var, count
+  EXPECT_GT(normalised_error(local[0].weights[running_mean], one.weights[running_mean]), 1e-4);
 }
