@@ -1,8 +1,15 @@
-// Launch geometry of scaled dot-product attention (kernels/attention_*.tk): the forward is one
-// fused kernel per (batch*head, 64 query rows); the backward is delta = rowsum(grad_out * out),
-// then one kernel per (batch*head, 64 keys) for dk and dv and one per (batch*head, 64 query rows)
-// for dq, each recomputing the probabilities from lse (no [L, S] tensor, no atomics). A kernel
-// accumulates at most 128 columns of its outputs; wider heads take one launch per 128 columns.
+// Launch geometry of scaled dot-product attention: the forward is one fused kernel per
+// (batch*head, block of query rows); the backward is delta = rowsum(grad_out * out), then one
+// kernel per (batch*head, block of keys) for dk and dv and one per (batch*head, block of query
+// rows) for dq, each recomputing the probabilities from lse (no [L, S] tensor, no atomics).
+// Two sets of kernels:
+// - kernels/flash_*.tk, register-tiled (8 x 4 outputs per invocation, shared memory read 4
+//   floats at a time), for head dims up to 64 that are multiples of 4 with every tensor at an
+//   offset that is a multiple of 4 (GPT-style heads): blocks of 64 where the device has 48 KiB
+//   of shared memory per work-group, else 32 (lavapipe), so that CI runs this path too; on the
+//   devices whose traits allow it (GpuTraits::tiled_attention: Vulkan for now);
+// - kernels/attention_*.tk for every other shape: blocks of 64, 4 x 4 outputs per invocation,
+//   at most 128 output columns per kernel (wider heads take one launch per 128 columns).
 #include <algorithm>
 
 #include "geometry.h"
@@ -56,8 +63,54 @@ std::int32_t per_invocation(std::int64_t w) {
   return n <= 2 ? 2 : n <= 4 ? 4 : 8;
 }
 
+// The block of the register-tiled kernels for these tensors on this device; 0 where they take
+// the general kernels.
+std::int32_t tiled_block(const Attn& g, std::initializer_list<const Tensor*> tensors, Launcher& l) {
+  if (g.e > 64 || g.ev > 64 || g.e % 4 != 0 || g.ev % 4 != 0 || g.e == 0 || g.ev == 0) return 0;
+  for (const Tensor* t : tensors)
+    if (t->offset() % 4 != 0) return 0;
+  const GpuTraits& traits = l.traits();
+  if (!traits.tiled_attention) return 0;
+  for (const std::int32_t bk : {64, 32}) {
+    // Three buffers of bk x 64 floats; bk * bk / 32 invocations.
+    const std::int64_t bytes = 3 * bk * 64 * 4;
+    if (bytes <= traits.max_shared_bytes && bk * bk / 32 <= traits.max_group_size) return bk;
+  }
+  return 0;
+}
+
+// The parameters P(0)..P(10), shared memory and work-group size of the three register-tiled
+// kernels, |blocks| blocks of |bk| per batch*head.
+Launch& tiled(Launch& launch, const Attn& g, std::int32_t bk, std::int64_t blocks) {
+  return launch.i(g.l)
+      .i(g.s)
+      .i(g.e)
+      .i(g.ev)
+      .f(g.scale)
+      .i(g.causal)
+      .f(g.p)
+      .i(g.key)
+      .f(g.keep)
+      .i(blocks)
+      .i(g.bh)
+      .shared(3 * bk * 64)
+      .group(bk * bk / 32);
+}
+
+std::int64_t blocks_of(std::int64_t n, std::int32_t bk) {
+  return (n + bk - 1) / bk;
+}
+
 void attention(const OpCall& call, Launcher& l) {
   const Attn g = attn(call, call.in(0), call.in(1), call.in(2));
+  if (const std::int32_t bk =
+          tiled_block(g, {&call.in(0), &call.in(1), &call.in(2), &call.out(0)}, l)) {
+    const std::int64_t nb = blocks_of(g.l, bk);
+    Launch launch(l, "flash_fwd", {bk});
+    launch.in(call.in(0)).in(call.in(1)).in(call.in(2)).out(call.out(0)).out(call.out(1));
+    tiled(launch, g, bk, nb).groups(g.bh * nb);
+    return;
+  }
   for (std::int64_t i = 0; i < slices(g.ev); ++i) {
     const std::int64_t w = width(g.ev, i);
     Launch(l, "attention_fwd", {per_invocation(w)})
@@ -91,6 +144,17 @@ void attention_backward(const OpCall& call, Launcher& l) {
   const Attn g = attn(call, q, k, v);
   const Tensor delta = Tensor::empty(lse.shape(), DType::f32, &l.device());
   Launch(l, "attention_delta").in(grad).in(out).out(delta).i(g.bh * g.l).i(g.ev).run(g.bh * g.l);
+  if (const std::int32_t bk =
+          tiled_block(g, {&grad, &q, &k, &v, &call.out(0), &call.out(1), &call.out(2)}, l)) {
+    const std::int64_t nk = blocks_of(g.s, bk), nq = blocks_of(g.l, bk);
+    Launch kv(l, "flash_bwd_kv", {bk});
+    kv.in(q).in(k).in(v).in(grad).in(lse).in(delta).out(call.out(1)).out(call.out(2));
+    tiled(kv, g, bk, nk).groups(g.bh * nk);
+    Launch dq(l, "flash_bwd_q", {bk});
+    dq.in(q).in(k).in(v).in(grad).in(lse).in(delta).out(call.out(0));
+    tiled(dq, g, bk, nq).groups(g.bh * nq);
+    return;
+  }
   for (std::int64_t i = 0; i < slices(std::max(g.e, g.ev)); ++i) {
     const std::int64_t wk = width(g.e, i), wv = width(g.ev, i);
     Launch(l, "attention_bwd_kv", {per_invocation(wk), per_invocation(wv)})

@@ -44,6 +44,9 @@ set(TESSERA_PORTABLE_KERNELS
   attention_delta
   attention_bwd_kv
   attention_bwd_q
+  flash_fwd
+  flash_bwd_kv
+  flash_bwd_q
   bmm embedding embedding_backward avg_pool conv2d conv2d_backward_weight
 )
 set(TESSERA_PORTABLE_PRELUDE
@@ -60,7 +63,8 @@ function(tessera_portable_sources out)
 endfunction()
 
 # Every kernel compiled by glslc to NAME.tk.spv (Vulkan 1.2 SPIR-V), through a wrapper that
-# includes prelude.glsl; a kernel that reads or writes bytes (LDB/STB) gets 8-bit storage.
+# includes prelude.glsl; a kernel that reads or writes bytes (LDB/STB) gets 8-bit storage, one that
+# reads or writes 4 floats of shared memory at once (SHM4) its scratch as vec4s.
 function(tessera_portable_spirv out)
   find_program(TESSERA_GLSLC glslc REQUIRED)
   set(spvs "")
@@ -71,6 +75,9 @@ function(tessera_portable_spirv out)
     set(bytes "")
     if(text MATCHES "(LDB|STB)\\(")
       set(bytes "#define TK_BYTES\n")
+    endif()
+    if(text MATCHES "SHM4\\(")
+      string(APPEND bytes "#define TK_SHM4\n")
     endif()
     set(wrapper ${CMAKE_CURRENT_BINARY_DIR}/tk/${k}.comp)
     file(CONFIGURE OUTPUT ${wrapper} CONTENT

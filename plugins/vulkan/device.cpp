@@ -224,6 +224,7 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   traits.max_group_size =
       static_cast<std::int32_t>(std::min(props_.limits.maxComputeWorkGroupInvocations, 1024u));
   traits.max_shared_bytes = props_.limits.maxComputeSharedMemorySize;
+  traits.tiled_attention = true;
   traits.is_cpu = info_.type == DeviceType::cpu;
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);

@@ -35,11 +35,13 @@ typedef struct {
 #define GID (GROUP * GSIZE + LID)
 #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
 #define SHM(i) tk_shm[(i)]
+#define SHM4(i) (((__local float4*)tk_shm)[(i)])
 
 #define TK_AT(k, i) (tk_p.w[k] + (i))
 #define LDF(k, i) t##k[TK_AT(k, i)]
 #define STF(k, i, x) (t##k[TK_AT(k, i)] = (x))
 #define F4 float4
+#define MK4(a, b, c, d) ((float4)((a), (b), (c), (d)))
 #define LDF4(k, i) vload4(tk_p.w[k] / 4 + (i), t##k)
 #define STF4(k, i, x) vstore4((x), tk_p.w[k] / 4 + (i), t##k)
 #define LDI(k, i) ((__global int*)t##k)[TK_AT(k, i)]

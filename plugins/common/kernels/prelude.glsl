@@ -18,7 +18,16 @@ layout(push_constant) uniform TkPush {
   int w[32];
 } tk_pc;
 
+// A kernel that reads or writes 4 floats at once (SHM4) gets its scratch as vec4s (the build
+// defines TK_SHM4 for it); SHM(i) then picks a component.
+#ifdef TK_SHM4
+shared vec4 tk_shm4[(TK_SHM + 3) / 4];
+#define SHM(i) tk_shm4[(i) >> 2][(i) & 3]
+#define SHM4(i) tk_shm4[(i)]
+#else
 shared float tk_shm[TK_SHM];
+#define SHM(i) tk_shm[(i)]
+#endif
 
 #ifdef TK_BYTES
 #define TK_BYTE_VIEW(k) \
@@ -51,12 +60,12 @@ TK_BUFFER(7)
 #define BARRIER() \
   memoryBarrierShared(); \
   barrier()
-#define SHM(i) tk_shm[(i)]
 
 #define TK_AT(k, i) (tk_pc.w[k] + (i))
 #define LDF(k, i) tk_f##k.v[TK_AT(k, i)]
 #define STF(k, i, x) (tk_f##k.v[TK_AT(k, i)] = (x))
 #define F4 vec4
+#define MK4(a, b, c, d) vec4((a), (b), (c), (d))
 #define LDF4(k, i) tk_v##k.v[tk_pc.w[k] / 4 + (i)]
 #define STF4(k, i, x) (tk_v##k.v[tk_pc.w[k] / 4 + (i)] = (x))
 #define LDI(k, i) tk_i##k.v[TK_AT(k, i)]
