@@ -156,7 +156,12 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   traits.vendor_id = device_value<cl_uint>(device, CL_DEVICE_VENDOR_ID);
   traits.subgroup_size = traits.vendor_id == 0x10de ? 32 : 1;
   traits.max_group_size = static_cast<std::int32_t>(std::min<std::size_t>(max_wg, 1024));
-  traits.max_shared_bytes = static_cast<std::int64_t>(local);
+  // NVIDIA's driver keeps 1 KiB of each work-group's shared memory for itself (CUDA's "reserved
+  // shared memory per block" since Ampere) but reports the whole 48 KiB as
+  // CL_DEVICE_LOCAL_MEM_SIZE: a kernel asking for all of it fails to launch with
+  // CL_OUT_OF_RESOURCES (seen on an H100).
+  traits.max_shared_bytes =
+      static_cast<std::int64_t>(local) - (traits.vendor_id == 0x10de ? 1024 : 0);
   traits.is_cpu = info_.type == DeviceType::cpu;
   launcher_ = std::make_unique<OpenclLauncher>(*this, *ctx_, traits);
   ctx_->launcher = launcher_.get();
