@@ -195,6 +195,39 @@ void expect_same(const RankResult& a, const RankResult& ref) {
     }
 }
 
+// What each of 2 thread ranks saw in fit_hooked.
+struct HookedFit {
+  std::vector<std::string> errors = std::vector<std::string>(2);  // what fit threw, "" if nothing
+  std::vector<std::int64_t> steps = std::vector<std::int64_t>(2);
+  std::vector<int> teardowns = std::vector<int>(2);
+};
+
+// Fits the net for |epochs| on 2 thread ranks (48 random images, 6 a batch per rank), calling
+// |hook|(net, rank, batch) before each batch.
+HookedFit fit_hooked(std::int64_t epochs,
+                     const std::function<void(Net&, int, std::int64_t)>& hook) {
+  const Dataset train = random_images(48, 1);
+  auto world = std::make_shared<ThreadWorld>(2);
+  HookedFit out;
+  run_ranks(2, [&](int rank) {
+    const auto r = static_cast<std::size_t>(rank);
+    TrainerOptions o = options(epochs);
+    auto strategy = std::make_shared<ThreadDDPStrategy>(world, rank);
+    o.strategy = strategy;
+    Trainer t(o);
+    Net net([&hook, rank](Net& self, std::int64_t i) { hook(self, rank, i); });
+    ImageDataLoader tl(train, loader(6));
+    try {
+      t.fit(net, tl);
+    } catch (const std::exception& e) {
+      out.errors[r] = e.what();
+    }
+    out.steps[r] = t.global_step();
+    out.teardowns[r] = strategy->teardowns;
+  });
+  return out;
+}
+
 }  // namespace
 
 TEST(DistributedTrainer, RanksWithTheGlobalBatchEqualOneProcess) {
@@ -252,67 +285,30 @@ TEST(DistributedTrainer, RankZeroOnlyCallbacksAndCheckpointsOnRankZero) {
 }
 
 TEST(DistributedTrainer, ANanLossOnOneRankStopsEveryRank) {
-  const Dataset train = random_images(48, 1), val = random_images(10, 2);
-  auto world = std::make_shared<ThreadWorld>(2);
-  std::vector<std::string> errors(2);
-  run_ranks(2, [&](int rank) {
-    TrainerOptions o = options(2);
-    o.strategy = std::make_shared<ThreadDDPStrategy>(world, rank);
-    Trainer t(o);
-    Net net([rank](Net& self, std::int64_t i) { self.nan_now = rank == 1 && i == 2; });
-    ImageDataLoader tl(train, loader(6));
-    try {
-      t.fit(net, tl);
-    } catch (const Error& e) {
-      errors[static_cast<std::size_t>(rank)] = e.what();
-    }
-  });
-  for (const std::string& e : errors)
+  const HookedFit f = fit_hooked(
+      2, [](Net& self, int rank, std::int64_t i) { self.nan_now = rank == 1 && i == 2; });
+  for (const std::string& e : f.errors)
     EXPECT_NE(e.find("training loss became"), std::string::npos) << e;
-  EXPECT_NE(errors[0].find("on rank 1"), std::string::npos) << errors[0];
+  EXPECT_NE(f.errors[0].find("on rank 1"), std::string::npos) << f.errors[0];
 }
 
 TEST(DistributedTrainer, ShouldStopOnOneRankStopsEveryRankAtTheSameBatch) {
-  const Dataset train = random_images(48, 1), val = random_images(10, 2);
-  auto world = std::make_shared<ThreadWorld>(2);
-  std::vector<std::int64_t> steps(2);
-  run_ranks(2, [&](int rank) {
-    TrainerOptions o = options(3);
-    o.strategy = std::make_shared<ThreadDDPStrategy>(world, rank);
-    Trainer t(o);
-    Net net([rank](Net& self, std::int64_t i) {
-      if (rank == 1 && i == 1) self.trainer()->should_stop = true;
-    });
-    ImageDataLoader tl(train, loader(6));
-    t.fit(net, tl);
-    steps[static_cast<std::size_t>(rank)] = t.global_step();
+  const HookedFit f = fit_hooked(3, [](Net& self, int rank, std::int64_t i) {
+    if (rank == 1 && i == 1) self.trainer()->should_stop = true;
   });
-  EXPECT_EQ(steps[0], 2);
-  EXPECT_EQ(steps[1], 2);
+  EXPECT_EQ(f.errors, (std::vector<std::string>{"", ""}));
+  EXPECT_EQ(f.steps[0], 2);
+  EXPECT_EQ(f.steps[1], 2);
 }
 
 TEST(DistributedTrainer, AFailingRankEndsTheOthers) {
-  const Dataset train = random_images(48, 1);
-  auto world = std::make_shared<ThreadWorld>(2);
-  std::vector<std::string> errors(2);
-  run_ranks(2, [&](int rank) {
-    TrainerOptions o = options(2);
-    auto s = std::make_shared<ThreadDDPStrategy>(world, rank);
-    o.strategy = s;
-    Trainer t(o);
-    Net net([rank](Net&, std::int64_t i) {
-      if (rank == 1 && i == 2) throw std::runtime_error("boom");
-    });
-    ImageDataLoader tl(train, loader(6));
-    try {
-      t.fit(net, tl);
-    } catch (const std::exception& e) {
-      errors[static_cast<std::size_t>(rank)] = e.what();
-    }
-    EXPECT_EQ(s->teardowns, 1);
+  const HookedFit f = fit_hooked(2, [](Net&, int rank, std::int64_t i) {
+    if (rank == 1 && i == 2) throw std::runtime_error("boom");
   });
-  EXPECT_EQ(errors[1], "boom");
-  EXPECT_NE(errors[0].find("rank 1 (host localhost) failed: boom"), std::string::npos) << errors[0];
+  EXPECT_EQ(f.teardowns, (std::vector<int>{1, 1}));
+  EXPECT_EQ(f.errors[1], "boom");
+  EXPECT_NE(f.errors[0].find("rank 1 (host localhost) failed: boom"), std::string::npos)
+      << f.errors[0];
 }
 
 TEST(DistributedTrainer, ResumeWithAnotherNumberOfProcesses) {

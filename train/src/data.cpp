@@ -14,6 +14,7 @@
 #include "tessera/checked.h"
 #include "tessera/errors.h"
 #include "tessera/file.h"
+#include "tessera/train/data_loader.h"
 #include "tessera/train/random.h"
 
 namespace tessera::train {
@@ -263,23 +264,14 @@ BatchLoader::BatchLoader(const Dataset& data, LoaderOptions options)
 }
 
 void BatchLoader::count_batches() {
-  // DistributedSampler: ceil(size / world) each when padded, else the positions of this rank.
-  if (world_ == 1)
-    share_ = size_;
-  else if (pad_)
-    share_ = (size_ + world_ - 1) / world_;
-  else
-    share_ = size_ > rank_ ? (size_ - rank_ + world_ - 1) / world_ : 0;
+  share_ = distributed_share(size_, rank_, world_, pad_);
   const std::int64_t b = options_.batch_size;
   batches_ = options_.drop_last ? share_ / b : (share_ + b - 1) / b;
   if (options_.limit_batches > 0) batches_ = std::min(batches_, options_.limit_batches);
 }
 
 void BatchLoader::set_distributed(int rank, int world_size, bool pad_to_equal) {
-  if (world_size < 1 || rank < 0 || rank >= world_size)
-    throw InvalidArgument(fmt::format(
-        "set_distributed: rank {} of world_size {} is not valid: pass 0 <= rank < world_size", rank,
-        world_size));
+  check_distributed(rank, world_size);
   stop();
   produced_ = consumed_ = 0;
   rank_ = rank;

@@ -289,21 +289,13 @@ void TextBatchLoader::count_batches() {
                    : std::max<std::int64_t>(1, global ? len / *global : 0);
     return;
   }
-  if (world_ == 1)
-    share_ = windows_;
-  else if (pad_)
-    share_ = (windows_ + world_ - 1) / world_;
-  else
-    share_ = windows_ > rank_ ? (windows_ - rank_ + world_ - 1) / world_ : 0;
+  share_ = distributed_share(windows_, rank_, world_, pad_);
   batches_ = (share_ + b - 1) / b;
   if (options_.eval_batches > 0) batches_ = std::min(batches_, options_.eval_batches);
 }
 
 void TextBatchLoader::set_distributed(int rank, int world_size, bool pad_to_equal) {
-  if (world_size < 1 || rank < 0 || rank >= world_size)
-    throw InvalidArgument(fmt::format(
-        "set_distributed: rank {} of world_size {} is not valid: pass 0 <= rank < world_size", rank,
-        world_size));
+  check_distributed(rank, world_size);
   rank_ = rank;
   world_ = world_size;
   pad_ = pad_to_equal;

@@ -57,4 +57,13 @@ class DataLoader {
   virtual std::int64_t batch_size() const { return 0; }
 };
 
+// For implementations of DataLoader::set_distributed: throws its InvalidArgument for a rank
+// outside [0, world_size) or world_size < 1.
+void check_distributed(int rank, int world_size);
+
+// The positions of an epoch of |n| that process |rank| of |world_size| takes, as
+// DistributedSampler: ceil(n / world_size) when |pad_to_equal|, else those at rank,
+// rank + world_size, ... below n.
+std::int64_t distributed_share(std::int64_t n, int rank, int world_size, bool pad_to_equal);
+
 }  // namespace tessera::train
