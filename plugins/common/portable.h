@@ -36,9 +36,8 @@ struct GpuTraits {
   std::int32_t max_group_size = 256;      // invocations per work-group
   std::int64_t max_shared_bytes = 16384;  // shared (local) memory per work-group
   bool is_cpu = false;                    // a CPU driver (lavapipe, PoCL)
-  // The register-tiled attention kernels (kernels/flash_*.tk) are verified on this API. Vulkan
-  // only for now: through OpenCL they gave wrong rows now and then on PoCL 3.1 (two work-groups at
-  // once) and stopped NVIDIA's OpenCL context on an H100; not understood yet.
+  // The register-tiled attention kernels (kernels/flash_*.tk) run correctly through this API's
+  // compiler (Vulkan; the opencl plugin's device.cpp says why not OpenCL yet).
   bool tiled_attention = false;
 };
 
