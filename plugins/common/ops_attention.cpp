@@ -6,7 +6,7 @@
 // - kernels/flash_*.tk, register-tiled (8 x 4 outputs per invocation, shared memory read 4
 //   floats at a time), for head dims up to 64 that are multiples of 4 with every tensor at an
 //   offset that is a multiple of 4 (GPT-style heads), on the devices whose traits allow it
-//   (GpuTraits::tiled_attention: Vulkan for now); tiled_block chooses the block and buffers;
+//   (GpuTraits::tiled_attention: Vulkan, OpenCL GPUs); tiled_block chooses the block and buffers;
 // - kernels/attention_*.tk for every other shape: blocks of 64, 4 x 4 outputs per invocation,
 //   at most 128 output columns per kernel (wider heads take one launch per 128 columns).
 #include <algorithm>

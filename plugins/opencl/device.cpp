@@ -163,14 +163,11 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   traits.max_shared_bytes =
       static_cast<std::int64_t>(local) - (traits.vendor_id == 0x10de ? 1024 : 0);
   traits.is_cpu = info_.type == DeviceType::cpu;
-  // The register-tiled attention kernels (kernels/flash_*.tk) stay off here: on NVIDIA's OpenCL
-  // (driver 580, H100) their first launch ends the context with CL_OUT_OF_RESOURCES (at 32 KiB of
-  // shared memory, inside the 47 KiB a launch may take there), and PoCL 3.1 miscompiles them when
-  // it specialises a work-group function (a causal row now and then attends to masked keys;
-  // POCL_WORK_GROUP_SPECIALIZATION=0 or -cl-opt-disable make them pass). Oclgrind finds no invalid
-  // access, data race or barrier divergence in them, and the same text passes on lavapipe and
-  // NVIDIA's Vulkan.
-  traits.tiled_attention = false;
+  // The register-tiled attention kernels (kernels/flash_*.tk) run on GPUs; CPU drivers keep the
+  // general ones: PoCL 3.1 miscompiles the tiled kernels when it specialises a work-group function
+  // (a causal row now and then attends to masked keys; POCL_WORK_GROUP_SPECIALIZATION=0 or
+  // -cl-opt-disable make them pass; oclgrind finds no invalid access, race or divergence).
+  traits.tiled_attention = !traits.is_cpu;
   launcher_ = std::make_unique<OpenclLauncher>(*this, *ctx_, traits);
   ctx_->launcher = launcher_.get();
   common::install_portable_ops(kernels_, *launcher_);

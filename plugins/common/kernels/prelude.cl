@@ -19,10 +19,15 @@ typedef struct {
   int w[32];
 } TkParams;
 
+#ifdef TK_SHM4
+#define TK_SHM_ARG __local float4 *tk_shm
+#else
+#define TK_SHM_ARG __local float *tk_shm
+#endif
 #define TK_ARGS                                                                                   \
   __global float *t0, __global float *t1, __global float *t2, __global float *t3,                \
       __global float *t4, __global float *t5, __global float *t6, __global float *t7,            \
-      const TkParams tk_p, __local float *tk_shm
+      const TkParams tk_p, TK_SHM_ARG
 #define TK_PASS t0, t1, t2, t3, t4, t5, t6, t7, tk_p, tk_shm
 
 #define P(i) tk_p.w[9 + (i)]
@@ -34,8 +39,16 @@ typedef struct {
 #define GSIZE ((int)get_local_size(0))
 #define GID (GROUP * GSIZE + LID)
 #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
+// A kernel naming SHM4 (the plugin defines TK_SHM4 for it) takes its scratch as a __local float4
+// argument, so that the driver aligns it for 4 floats: declared as float, NVIDIA's OpenCL gave it
+// an address whose float4 accesses ended the context (CL_OUT_OF_RESOURCES at the next read, H100,
+// driver 580).
+#ifdef TK_SHM4
+#define SHM(i) (((__local float*)tk_shm)[(i)])
+#define SHM4(i) (tk_shm[(i)])
+#else
 #define SHM(i) tk_shm[(i)]
-#define SHM4(i) (((__local float4*)tk_shm)[(i)])
+#endif
 
 #define TK_AT(k, i) (tk_p.w[k] + (i))
 #define LDF(k, i) t##k[TK_AT(k, i)]
