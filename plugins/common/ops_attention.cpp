@@ -71,6 +71,8 @@ std::int32_t per_invocation(std::int64_t w) {
 struct Tiling {
   std::int32_t bk = 0;
   std::int32_t buffers = 2;
+  // The kernels' V1: 1 where q's rows keep the third buffer.
+  std::int32_t resident_q() const { return buffers == 3 ? 1 : 0; }
 };
 
 Tiling tiled_block(const Attn& g, std::initializer_list<const Tensor*> tensors, Launcher& l) {
@@ -115,7 +117,7 @@ void attention(const OpCall& call, Launcher& l) {
   if (const Tiling t = tiled_block(g, {&call.in(0), &call.in(1), &call.in(2), &call.out(0)}, l);
       t.bk != 0) {
     const std::int64_t nb = blocks_of(g.l, t.bk);
-    Launch launch(l, "flash_fwd", {t.bk, t.buffers == 3 ? 1 : 0});
+    Launch launch(l, "flash_fwd", {t.bk, t.resident_q()});
     launch.in(call.in(0)).in(call.in(1)).in(call.in(2)).out(call.out(0)).out(call.out(1));
     tiled(launch, g, t, nb).groups(g.bh * nb);
     return;
@@ -157,11 +159,10 @@ void attention_backward(const OpCall& call, Launcher& l) {
           tiled_block(g, {&grad, &q, &k, &v, &call.out(0), &call.out(1), &call.out(2)}, l);
       t.bk != 0) {
     const std::int64_t nk = blocks_of(g.s, t.bk), nq = blocks_of(g.l, t.bk);
-    const std::int32_t v1 = t.buffers == 3 ? 1 : 0;
-    Launch kv(l, "flash_bwd_kv", {t.bk, v1});
+    Launch kv(l, "flash_bwd_kv", {t.bk, t.resident_q()});
     kv.in(q).in(k).in(v).in(grad).in(lse).in(delta).out(call.out(1)).out(call.out(2));
     tiled(kv, g, t, nk).groups(g.bh * nk);
-    Launch dq(l, "flash_bwd_q", {t.bk, v1});
+    Launch dq(l, "flash_bwd_q", {t.bk, t.resident_q()});
     dq.in(q).in(k).in(v).in(grad).in(lse).in(delta).out(call.out(0));
     tiled(dq, g, t, nq).groups(g.bh * nq);
     return;
