@@ -234,13 +234,15 @@ int run_gnuplot(const std::string& script, std::string* log = nullptr) {
 }  // namespace
 
 LossPlot::LossPlot(fs::path path) : path_(std::move(path)) {
+  // noenhanced: metric names are drawn as they are (enhanced text mode read the '_' of
+  // "train_loss" as a subscript).
   const std::string ext = path_.extension().string();
   if (ext == ".png")
-    terminal_ = "pngcairo size 1000,420";
+    terminal_ = "pngcairo noenhanced size 1000,420";
   else if (ext == ".svg")
-    terminal_ = "svg size 1000,420";
+    terminal_ = "svg noenhanced size 1000,420";
   else if (ext == ".pdf")
-    terminal_ = "pdfcairo size 10in,4.2in";
+    terminal_ = "pdfcairo noenhanced size 10in,4.2in";
   else
     throw ConfigError(
         fmt::format("--plot {}: the image format is taken from the extension; use "
@@ -292,7 +294,8 @@ void LossPlot::on_train_epoch_end(Trainer& t) {
     const std::string script = fmt::format(
         "set terminal {}\nset output '{}'\n$d << EOD\n{}EOD\n"
         "set datafile missing '?'\nset multiplot layout 1,2 title 'Tessera on {}'\n"
-        "set xlabel 'step'\nset grid\nset key top right\nset title 'loss'\n{}"
+        "set xlabel 'step'\nset xtics rotate by 30 right\nset grid\nset key top right\n"
+        "set title 'loss'\n{}"
         "set title 'accuracy (%)'\nset key bottom right\n{}unset multiplot\nset output\n",
         terminal_, tmp.string(), data, t.device().id(), plot(loss, 2), plot(acc, 2 + loss.size()));
     std::string log;
