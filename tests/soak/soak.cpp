@@ -297,13 +297,16 @@ class Soak {
                  [&](bool d) { return (d ? a.dev : a.ref).t().contiguous(); });
   }
 
-  // A few dependent ops on earlier results, so that work queues up behind work.
+  // A few dependent ops on earlier results, so that work queues up behind work. relu comes
+  // first: relu(x * 0.5 + 1) on a log_softmax's outputs (about -2) left one element of 1.3e-4 made
+  // by cancellation, whose last-bit difference from cpu:0 was a normalised error of 1.8e-3
+  // (TESSERA_TEST_SEED=2708200234); relu(x) * 0.5 + 1 is at least 1, so the check stays 1e-4.
   Pair chain_step() {
     if (live_.empty()) return unary_step();
     const Pair& base = live_[static_cast<std::size_t>(pick(0, static_cast<int>(live_.size()) - 1))];
-    return apply(fmt::format("relu(x * 0.5 + 1) chain on {}", base.dev.shape().str()), [&](bool d) {
+    return apply(fmt::format("relu(x) * 0.5 + 1 chain on {}", base.dev.shape().str()), [&](bool d) {
       const Tensor& x = d ? base.dev : base.ref;
-      return relu(add_scalar(mul_scalar(x, 0.5), 1.0));
+      return add_scalar(mul_scalar(relu(x), 0.5), 1.0);
     });
   }
 
