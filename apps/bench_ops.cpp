@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <iostream>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
 
+#include "tessera/profiler.h"
 #include "tessera/tessera.h"
 
 namespace tessera::bench {
@@ -132,6 +135,26 @@ const std::vector<std::string>& op_case_names() {
   return names;
 }
 
+json profile_kernels(Device& dev, int calls, const std::function<void()>& fn,
+                     const std::string& title) {
+  std::optional<Profiler> prof;
+  try {
+    prof.emplace(dev);
+  } catch (const UnsupportedOperation&) {
+    return nullptr;
+  }
+  fn();
+  const std::vector<KernelTime> times = prof->stop();
+  std::cerr << fmt::format("{}: device time of {} calls\n", title, calls)
+            << format_kernel_times(times);
+  json out = json::array();
+  for (const KernelTime& t : times)
+    out.push_back({{"kernel", t.name},
+                   {"launches", static_cast<double>(t.calls) / calls},
+                   {"seconds", t.seconds / calls}});
+  return out;
+}
+
 std::vector<json> bench_op_cases(Device& dev, const std::vector<std::string>& cases,
                                  const OpCaseOptions& options, std::map<std::string, json>& peers) {
   const bool gpu = dev.info().type != DeviceType::cpu;
@@ -160,6 +183,13 @@ std::vector<json> bench_op_cases(Device& dev, const std::vector<std::string>& ca
     const std::function<void()> fn = c->setup(dev, size, r);
     const double s = seconds_per_call(dev, calls, options.repeat, fn);
     r["seconds"] = s;
+    if (options.profile)
+      r["kernels"] = profile_kernels(
+          dev, calls,
+          [&] {
+            for (int i = 0; i < calls; ++i) fn();
+          },
+          fmt::format("{} on {}", c->name, dev.id()));
     if (r.contains("flop")) r["gflops"] = r["flop"].get<double>() / s / 1e9;
     if (peer.contains("error")) {
       r["peer_error"] = peer["error"];

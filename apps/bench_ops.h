@@ -37,9 +37,16 @@ using json = nlohmann::ordered_json;
 // The op cases, in the order they run.
 const std::vector<std::string>& op_case_names();
 
+// --profile: the device time of every kernel in one more run of |fn| (which makes |calls|
+// calls), the longest first, as [{"kernel", "launches", "seconds"}] per call; printed to stderr
+// as a table of the whole run, headed |title|. Null on a device that can not time kernels (cpu:0).
+json profile_kernels(Device& dev, int calls, const std::function<void()>& fn,
+                     const std::string& title);
+
 struct OpCaseOptions {
   int repeat = 5;
-  bool tiny = false;  // --op-size tiny
+  bool tiny = false;     // --op-size tiny
+  bool profile = false;  // --profile: each result gets "kernels" (profile_kernels)
   // Runs bench/ops_peer.py with these arguments: its JSON, or {"error": why}.
   std::function<json(const std::vector<std::string>&)> run_peer;
 };

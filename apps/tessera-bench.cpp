@@ -181,7 +181,7 @@ int calls_per_run(const Device& dev, std::int64_t n) {
 }
 
 json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, const json& gpu_peer,
-                 std::mt19937& rng) {
+                 bool profile, std::mt19937& rng) {
   const auto a = random_vector(static_cast<std::size_t>(n * n), rng);
   const auto b = random_vector(static_cast<std::size_t>(n * n), rng);
   const Tensor ta = Tensor::from(a, {n, n}, &dev), tb = Tensor::from(b, {n, n}, &dev);
@@ -218,6 +218,9 @@ json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, const 
   const double s = median(t_ours);
   json r{{"case", "sgemm"}, {"device", dev.id()},      {"m", n}, {"n", n}, {"k", n},
          {"seconds", s},    {"gflops", flop / s / 1e9}};
+  if (profile)
+    r["kernels"] =
+        bench::profile_kernels(dev, calls, ours, fmt::format("sgemm {}^3 on {}", n, dev.id()));
   if (is_gpu(dev)) {
     if (gpu_peer.contains("error")) r["peer_error"] = gpu_peer["error"];
     for (const json& p : gpu_peer.value("sgemm", json::array()))
@@ -255,7 +258,7 @@ json bench_dispatch(Device& dev, int repeat) {
 // Samples per second of |steps| training steps of |model_name| on |dev|: the MLP and the CNN at
 // |batch| with SGD, the real models (bench_models.h) at |size| with their recipes.
 json bench_train(Device& dev, const std::string& model_name, std::int64_t batch, int steps,
-                 int repeat, const bench::ModelSize& size, std::mt19937& rng) {
+                 int repeat, const bench::ModelSize& size, bool profile, std::mt19937& rng) {
   namespace tt = tessera::train;
   DeviceGuard guard(dev);
   std::function<Tensor()> step;
@@ -263,7 +266,8 @@ json bench_train(Device& dev, const std::string& model_name, std::int64_t batch,
   json extra;
   if (bench::is_real_model(model_name)) {
     bench::TrainJob job = bench::make_train_job(
-        dev, model_name, size, static_cast<std::int64_t>(steps) * (repeat + 1), rng());
+        dev, model_name, size, static_cast<std::int64_t>(steps) * (repeat + (profile ? 2 : 1)),
+        rng());
     step = std::move(job.step);
     batch = job.batch;
     samples = job.samples_per_step;
@@ -287,11 +291,16 @@ json bench_train(Device& dev, const std::string& model_name, std::int64_t batch,
       return loss.value();
     };
   }
-  const double s = median_seconds(repeat, [&] {
+  auto run = [&] {
     Tensor last;
     for (int i = 0; i < steps; ++i) last = step();
     (void)last.item();  // waits for the device
-  });
+  };
+  const double s = median_seconds(repeat, run);
+  const json kernels =
+      profile ? bench::profile_kernels(dev, steps, run,
+                                       fmt::format("train {} on {}", model_name, dev.id()))
+              : json();
   json r{{"case", "train"},
          {"device", dev.id()},
          {"model", model_name},
@@ -300,6 +309,7 @@ json bench_train(Device& dev, const std::string& model_name, std::int64_t batch,
          {"seconds", s},
          {"samples_per_second", static_cast<double>(samples * steps) / s}};
   if (!extra.is_null()) r.update(extra);
+  if (!kernels.is_null()) r["kernels"] = kernels;  // per step
   return r;
 }
 
@@ -955,6 +965,7 @@ int main(int argc, char** argv) {
   std::string peer_dir = default_peer_dir();
   std::vector<std::int64_t> sizes;
   int repeat = 5, train_steps = 20, rounds = 1;
+  bool profile = false;
   FitOptions fit;
   fit.tessera_train = default_tessera_train();
   opts.add_options()("help,h", "show this help")(
@@ -987,6 +998,9 @@ int main(int argc, char** argv) {
       "fit case: seconds a run may take before it is killed and reported as an error")(
       "tessera-train", po::value(&fit.tessera_train)->default_value(fit.tessera_train),
       "fit case: the tessera-train executable")(
+      "profile", po::bool_switch(&profile),
+      "sgemm, train and op cases on GPU devices: one more run with every kernel timed on the "
+      "device; its table goes to stderr and into the result as \"kernels\" (per call or step)")(
       "rounds", po::value(&rounds)->default_value(rounds),
       "train case: rounds of (Tessera, peer) runs, alternated; the median round is reported")(
       "torch-python", po::value(&torch_python)->default_value(torch_python),
@@ -1053,6 +1067,7 @@ int main(int argc, char** argv) {
     bench::OpCaseOptions op_options;
     op_options.repeat = repeat;
     op_options.tiny = op_size == "tiny";
+    op_options.profile = profile;
     op_options.run_peer = [&](const std::vector<std::string>& args) {
       return run_peer(torch_python, peer_dir + "/ops_peer.py", args);
     };
@@ -1071,7 +1086,7 @@ int main(int argc, char** argv) {
       }
       if (do_sgemm)
         for (std::int64_t n : sizes) {
-          results.push_back(bench_sgemm(*d, n, repeat, peer, gpu_peer, rng));
+          results.push_back(bench_sgemm(*d, n, repeat, peer, gpu_peer, profile, rng));
           std::cerr << results.back().dump() << "\n";
         }
       if (do_add) {
@@ -1091,7 +1106,7 @@ int main(int argc, char** argv) {
         for (int round = 0; round < rounds; ++round) {
           for (const std::string& model : split(models, ',')) {
             const CpuTimes before = cpu_times();
-            json run = bench_train(*d, model, 128, train_steps, repeat, *fit.size, rng);
+            json run = bench_train(*d, model, 128, train_steps, repeat, *fit.size, profile, rng);
             run["steal_percent"] = steal_percent_since(before);
             ours[model].push_back(std::move(run));
           }

@@ -18,7 +18,7 @@ class Launch {
  public:
   Launch(Context& ctx, std::string_view file, std::string_view name,
          const std::string& options = {})
-      : ctx_(ctx), lock_(ctx.launch_mu) {
+      : ctx_(ctx), lock_(ctx.launch_mu), name_(name) {
     kernel_ = ctx.programs.kernel(file, name, options.empty() ? ctx.options : options);
   }
   // A tensor: its buffer and element offset.
@@ -40,9 +40,7 @@ class Launch {
     if (groups > 0) enqueue({static_cast<std::size_t>(groups) * size, 1}, {size, 1});
   }
   void enqueue(std::array<std::size_t, 2> global, std::array<std::size_t, 2> local) {
-    check(clEnqueueNDRangeKernel(ctx_.queue.handle(), kernel_, 2, nullptr, global.data(),
-                                 local.data(), 0, nullptr, nullptr),
-          "clEnqueueNDRangeKernel", ctx_.queue.id());
+    ctx_.queue.enqueue_kernel(name_, kernel_, global.data(), local.data());
   }
 
  private:
@@ -51,6 +49,7 @@ class Launch {
   }
   Context& ctx_;
   std::lock_guard<std::mutex> lock_;
+  std::string_view name_;  // the kernel's entry point, a literal of the caller
   cl_kernel kernel_;
   cl_uint index_ = 0;
 };

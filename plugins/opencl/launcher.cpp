@@ -41,9 +41,7 @@ void OpenclLauncher::launch(const common::Launch& l) {
   const auto group = static_cast<std::size_t>(l.group_size());
   const std::size_t global[2] = {grid[0] * group, grid[1]};
   const std::size_t local[2] = {group, 1};
-  check(clEnqueueNDRangeKernel(ctx_.queue.handle(), k, 2, nullptr, global, local, 0, nullptr,
-                               nullptr),
-        "clEnqueueNDRangeKernel", ctx_.queue.id());
+  ctx_.queue.enqueue_kernel(l.kernel(), k, global, local);
 }
 
 }  // namespace tessera::opencl

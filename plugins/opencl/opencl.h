@@ -7,6 +7,7 @@
 #include <CL/cl.h>
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <deque>
 #include <map>
@@ -53,6 +54,14 @@ class OpenclQueue final : public Queue {
   void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
             std::size_t bytes) override;
   void synchronize() override;
+  // Kernel profiling: every kernel enqueued through enqueue_kernel() keeps its event, and its time
+  // is CL_PROFILING_COMMAND_END - _START (docs/performance.md, "Profiling kernels").
+  bool start_profiling() override;
+  std::vector<KernelTime> stop_profiling() override;
+  // Enqueues |kernel|, the kernel |name| (for profiling), over |global| work-items in groups of
+  // |local| (two dimensions). The caller holds the launch lock for |kernel|'s arguments.
+  void enqueue_kernel(std::string_view name, cl_kernel kernel, const std::size_t* global,
+                      const std::size_t* local);
   // Takes |memory| (from std::malloc or std::aligned_alloc) and frees it once all work queued so
   // far has finished. Never throws (without a marker event it waits for the queue instead).
   void hold_until_queued_work_done(void* memory) noexcept;
@@ -69,12 +78,18 @@ class OpenclQueue final : public Queue {
   void hold_until_done(void* memory, std::size_t bytes, cl_event done);
   // Frees what finished work held; waits while more than |keep_bytes| is held. |lock| holds mu_.
   void release_finished(std::unique_lock<std::mutex>& lock, std::size_t keep_bytes);
+  // Adds the timed kernels that have finished to times_ (all of them, waiting, if |wait|); mu_
+  // held.
+  void collect_timed(bool wait);
 
   cl_command_queue queue_;
   std::string id_;
   std::mutex mu_;
   std::deque<Held> held_;
   std::size_t held_bytes_ = 0;
+  std::atomic<bool> profiling_{false};
+  std::deque<std::pair<std::string, cl_event>> timed_;  // kernels not yet in times_
+  std::map<std::string, KernelTime, std::less<>> times_;
 };
 
 // One cl_mem. |host| is set when the memory is the host's own (CL_MEM_USE_HOST_PTR on a device
@@ -147,6 +162,7 @@ class Programs {
   cl_device_id device_;
   std::string id_;
   std::string cache_key_;  // device name, driver and platform versions
+  std::string verbose_;    // compiler options that report registers, at log level debug
   std::mutex mu_;
   std::map<std::string, cl_program, std::less<>> programs_;
   std::map<std::string, cl_kernel, std::less<>> kernels_;

@@ -62,7 +62,17 @@ std::string source_of(std::string_view file) {
 }  // namespace
 
 Programs::Programs(cl_context context, cl_device_id device, std::string id, std::string cache_key)
-    : context_(context), device_(device), id_(std::move(id)), cache_key_(std::move(cache_key)) {}
+    : context_(context), device_(device), id_(std::move(id)), cache_key_(std::move(cache_key)) {
+  // At log level debug, NVIDIA's compiler reports each kernel's registers and spills
+  // (-cl-nv-verbose), and build() logs what it says.
+  std::size_t size = 0;
+  clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, nullptr, &size);
+  std::string ext(size, '\0');
+  if (size) clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, ext.data(), nullptr);
+  if (log().should_log(spdlog::level::debug) &&
+      ext.find("cl_nv_compiler_options") != std::string::npos)
+    verbose_ = " -cl-nv-verbose";
+}
 
 Programs::~Programs() = default;  // devices live until exit; the driver may be unloading
 
@@ -84,7 +94,7 @@ cl_kernel Programs::kernel(std::string_view file, std::string_view name,
 
 cl_program Programs::build(std::string_view file, const std::string& options) {
   const std::string source = source_of(file);
-  const std::string all_options = options + " -cl-std=CL1.2";
+  const std::string all_options = options + " -cl-std=CL1.2" + verbose_;
   // Everything the binary depends on: the source, the options, the device and its driver.
   const std::string key = fmt::format("{:016x}|{}|{}\n", fnv1a(source), all_options, cache_key_);
   const std::string entry = fmt::format("opencl-{:016x}.bin", fnv1a(key));
@@ -121,6 +131,8 @@ cl_program Programs::build(std::string_view file, const std::string& options) {
     throw BackendError(fmt::format("building kernels/{} ({}) for {} failed: {}\n{}", file,
                                    all_options, id_, error_name(err), compiler_log));
   }
+  if (!verbose_.empty())
+    log().debug("{}: kernels/{} ({}) compiled: {}", id_, file, options, build_log(p, device_));
   if (const std::string bin = program_binary(p); !bin.empty())
     cache_write(entry, fmt::format("{}{}{}", kMagic, key, bin));
   return p;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -19,13 +20,17 @@ constexpr std::size_t kMaxHeldBytes = std::size_t{256} << 20;
 OpenclQueue::OpenclQueue(cl_context context, cl_device_id device, std::string id)
     : id_(std::move(id)) {
   cl_int err = CL_SUCCESS;
-  queue_ = clCreateCommandQueue(context, device, 0, &err);  // in order
+  // In order; profiling enabled so that start_profiling() can time kernels (their events are
+  // requested only while it is on).
+  queue_ = clCreateCommandQueue(context, device, CL_QUEUE_PROFILING_ENABLE, &err);
   check(err, "clCreateCommandQueue", id_);
 }
 
 OpenclQueue::~OpenclQueue() {
   clFinish(queue_);
   std::lock_guard lock(mu_);
+  for (auto& [name, e] : timed_) clReleaseEvent(e);
+  timed_.clear();
   for (const Held& h : held_) {
     clReleaseEvent(h.done);
     std::free(h.memory);
@@ -116,6 +121,67 @@ void OpenclQueue::synchronize() {
   check(clFinish(queue_), "clFinish", id_);
   std::unique_lock lock(mu_);
   release_finished(lock, 0);
+}
+
+void OpenclQueue::enqueue_kernel(std::string_view name, cl_kernel kernel, const std::size_t* global,
+                                 const std::size_t* local) {
+  const bool timed = profiling_.load(std::memory_order_relaxed);
+  cl_event done = nullptr;
+  check(clEnqueueNDRangeKernel(queue_, kernel, 2, nullptr, global, local, 0, nullptr,
+                               timed ? &done : nullptr),
+        "clEnqueueNDRangeKernel", id_);
+  if (!timed) return;
+  std::lock_guard lock(mu_);
+  timed_.emplace_back(std::string(name), done);
+  if (timed_.size() > 1024) collect_timed(false);  // bounded: finished events are folded in
+}
+
+void OpenclQueue::collect_timed(bool wait) {
+  while (!timed_.empty()) {
+    auto& [name, e] = timed_.front();
+    if (wait) {
+      clWaitForEvents(1, &e);
+    } else {
+      cl_int status = CL_QUEUED;
+      clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr);
+      if (status > CL_COMPLETE) break;
+    }
+    cl_ulong start = 0, end = 0;
+    if (clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof start, &start, nullptr) ==
+            CL_SUCCESS &&
+        clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr) ==
+            CL_SUCCESS &&
+        end >= start) {
+      auto it = times_.find(name);
+      if (it == times_.end()) it = times_.emplace(name, KernelTime{name}).first;
+      it->second.calls += 1;
+      it->second.seconds += static_cast<double>(end - start) * 1e-9;
+    }
+    clReleaseEvent(e);
+    timed_.pop_front();
+  }
+}
+
+bool OpenclQueue::start_profiling() {
+  synchronize();  // what was enqueued before is not timed
+  std::lock_guard lock(mu_);
+  collect_timed(true);
+  times_.clear();
+  profiling_ = true;
+  return true;
+}
+
+std::vector<KernelTime> OpenclQueue::stop_profiling() {
+  profiling_ = false;
+  synchronize();
+  std::lock_guard lock(mu_);
+  collect_timed(true);
+  std::vector<KernelTime> out;
+  for (auto& [name, t] : times_) out.push_back(std::move(t));
+  times_.clear();
+  std::sort(out.begin(), out.end(),
+            [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
+  return out;
 }
 
 }  // namespace tessera::opencl

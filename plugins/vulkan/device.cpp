@@ -123,10 +123,16 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   if (family_ == nf)
     throw DeviceUnavailable(fmt::format("{} has no compute queue", props_.deviceName));
 
+  timestamp_bits_ = families[family_].timestampValidBits;
   budget_ext_ = has_extension(physical, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
   const bool coop = has_extension(physical, "VK_KHR_cooperative_matrix");
   std::vector<const char*> exts = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
   if (budget_ext_) exts.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  // At log level debug, every pipeline's compiler statistics (registers, spills) are logged
+  // (pipelines.cpp), where the driver offers them.
+  exec_stats_ = log().should_log(spdlog::level::debug) &&
+                has_extension(physical, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+  if (exec_stats_) exts.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
 
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f12, {}};
@@ -146,6 +152,10 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   // Timeline semaphores let a read wait for its batch without holding the queue (queue.cpp).
   enable12.timelineSemaphore = f12.timelineSemaphore;
   timeline_ = f12.timelineSemaphore == VK_TRUE;
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+  exec.pipelineExecutableInfo = VK_TRUE;
+  if (exec_stats_) enable12.pNext = &exec;
   di.pNext = &enable12;
   di.enabledExtensionCount = static_cast<std::uint32_t>(exts.size());
   di.ppEnabledExtensionNames = exts.data();

@@ -64,7 +64,7 @@ class Dispatch {
   }
   void grid(std::array<std::uint32_t, 3> g) {
     const VkPipeline p = dev_.pipelines().get(shader_, spec_);
-    dev_.vk_queue_object().dispatch(p, bindings_, push_, g);
+    dev_.vk_queue_object().dispatch(shader_, p, bindings_, push_, g);
   }
 
  private:

@@ -110,6 +110,41 @@ void Pipelines::save_cache() {
   cache_write(cache_name_, out);
 }
 
+void Pipelines::log_statistics(const std::string& key, VkPipeline pipeline) const {
+  auto get = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
+      vkGetDeviceProcAddr(dev_.handle(), "vkGetPipelineExecutableStatisticsKHR"));
+  if (!get) return;
+  VkPipelineExecutableInfoKHR info{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
+  info.pipeline = pipeline;
+  info.executableIndex = 0;
+  std::uint32_t n = 0;
+  if (get(dev_.handle(), &info, &n, nullptr) != VK_SUCCESS || n == 0) return;
+  std::vector<VkPipelineExecutableStatisticKHR> stats(
+      n, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
+  if (get(dev_.handle(), &info, &n, stats.data()) != VK_SUCCESS) return;
+  std::string line;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const VkPipelineExecutableStatisticKHR& st = stats[i];
+    std::string v;
+    switch (st.format) {
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+        v = st.value.b32 ? "yes" : "no";
+        break;
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+        v = std::to_string(st.value.i64);
+        break;
+      case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+        v = std::to_string(st.value.u64);
+        break;
+      default:
+        v = fmt::format("{:g}", st.value.f64);
+        break;
+    }
+    line += fmt::format("{}{} = {}", line.empty() ? "" : "; ", st.name, v);
+  }
+  log().debug("{}: pipeline {} compiled: {}", dev_.name(), key, line);
+}
+
 VkPipeline Pipelines::get(std::string_view shader, std::span<const std::int32_t> spec) {
   std::string key(shader);
   for (const std::int32_t v : spec) key += fmt::format(",{}", v);
@@ -141,9 +176,11 @@ VkPipeline Pipelines::get(std::string_view shader, std::span<const std::int32_t>
   ci.stage.pName = "main";
   ci.stage.pSpecializationInfo = &si;
   ci.layout = layout_;
+  if (dev_.pipeline_statistics()) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   VkPipeline pipeline;
   check(vkCreateComputePipelines(dev_.handle(), cache_, 1, &ci, nullptr, &pipeline),
         fmt::format("creating the pipeline of shaders/{}.comp", shader), dev_.name());
+  if (dev_.pipeline_statistics()) log_statistics(key, pipeline);
   pipelines_.emplace(std::move(key), pipeline);
   save_cache();
   return pipeline;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 
 #include "tessera/log.h"
@@ -70,10 +71,72 @@ VkCommandBuffer VulkanQueue::recording() {
   check(vkBeginCommandBuffer(b->cb, &bi), "vkBeginCommandBuffer", dev_.name());
   // Work of earlier batches comes first: one barrier at the start of each batch.
   barrier(b->cb, kWork, kAll);
+  b->names.clear();
+  if (profiling_) {
+    if (!b->queries) {
+      VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+      qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+      qi.queryCount = kQueries;
+      check(vkCreateQueryPool(dev_.handle(), &qi, nullptr, &b->queries), "vkCreateQueryPool",
+            dev_.name());
+    }
+    vkCmdResetQueryPool(b->cb, b->queries, 0, kQueries);
+    vkCmdWriteTimestamp(b->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->queries, 0);
+  }
   open_ = std::move(b);
   dispatches_ = 0;
   pending_.clear();
   return open_->cb;
+}
+
+void VulkanQueue::mark(std::string_view name) {
+  if (!profiling_ || !open_->queries) return;
+  open_->names.emplace_back(name);
+  vkCmdWriteTimestamp(open_->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, open_->queries,
+                      static_cast<std::uint32_t>(open_->names.size()));
+  if (open_->names.size() + 1 >= kQueries) submit();
+}
+
+void VulkanQueue::collect(Batch& b) {
+  if (b.names.empty()) return;
+  const auto n = static_cast<std::uint32_t>(b.names.size()) + 1;
+  std::vector<std::uint64_t> ts(n);
+  const VkResult r = vkGetQueryPoolResults(
+      dev_.handle(), b.queries, 0, n, n * sizeof(std::uint64_t), ts.data(), sizeof(std::uint64_t),
+      VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+  if (r == VK_SUCCESS && profiling_) {
+    const std::uint32_t bits = dev_.timestamp_bits();
+    const std::uint64_t mask = bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
+    const double period = static_cast<double>(dev_.properties().limits.timestampPeriod) * 1e-9;
+    for (std::size_t i = 0; i < b.names.size(); ++i) {
+      auto it = times_.find(b.names[i]);
+      if (it == times_.end()) it = times_.emplace(b.names[i], KernelTime{b.names[i]}).first;
+      it->second.calls += 1;
+      it->second.seconds += static_cast<double>((ts[i + 1] - ts[i]) & mask) * period;
+    }
+  }
+  b.names.clear();
+}
+
+bool VulkanQueue::start_profiling() {
+  std::lock_guard lock(mu_);
+  if (dev_.timestamp_bits() == 0 || dev_.properties().limits.timestampPeriod <= 0) return false;
+  wait_all();  // what was enqueued before is not timed
+  times_.clear();
+  profiling_ = true;
+  return true;
+}
+
+std::vector<KernelTime> VulkanQueue::stop_profiling() {
+  std::lock_guard lock(mu_);
+  wait_all();
+  profiling_ = false;
+  std::vector<KernelTime> out;
+  for (auto& [name, t] : times_) out.push_back(std::move(t));
+  times_.clear();
+  std::sort(out.begin(), out.end(),
+            [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
+  return out;
 }
 
 void VulkanQueue::hazard(std::span<const Access> accesses) {
@@ -111,6 +174,7 @@ void VulkanQueue::submit() {
   if (r != VK_SUCCESS) {
     // The batch is lost; drop it so that the queue stays usable, and report.
     vkResetCommandBuffer(open_->cb, 0);
+    open_->names.clear();
     for (auto& [pool, a] : open_->frees) pool->free(a);
     open_->frees.clear();
     spare_.push_back(std::move(open_));
@@ -128,6 +192,7 @@ void VulkanQueue::reclaim(bool wait) {
     } else if (vkGetFenceStatus(dev_.handle(), b.fence) != VK_SUCCESS) {
       break;
     }
+    collect(b);
     vkResetFences(dev_.handle(), 1, &b.fence);
     vkResetCommandBuffer(b.cb, 0);
     for (auto& [pool, a] : b.frees) pool->free(a);
@@ -142,8 +207,8 @@ void VulkanQueue::wait_all() {
   reclaim(true);
 }
 
-void VulkanQueue::dispatch(VkPipeline pipeline, std::span<const Binding> bindings,
-                           std::span<const std::int32_t> push,
+void VulkanQueue::dispatch(std::string_view name, VkPipeline pipeline,
+                           std::span<const Binding> bindings, std::span<const std::int32_t> push,
                            std::array<std::uint32_t, 3> groups) {
   std::lock_guard lock(mu_);
   VkCommandBuffer cb = recording();
@@ -169,7 +234,8 @@ void VulkanQueue::dispatch(VkPipeline pipeline, std::span<const Binding> binding
   vkCmdPushConstants(cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
                      static_cast<std::uint32_t>(push.size_bytes()), push.data());
   vkCmdDispatch(cb, groups[0], groups[1], groups[2]);
-  if (++dispatches_ >= kBatch) submit();
+  mark(name);
+  if (open_ && ++dispatches_ >= kBatch) submit();
 }
 
 void VulkanQueue::write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) {
@@ -189,6 +255,7 @@ void VulkanQueue::write(Buffer& dst, std::size_t offset, const void* src, std::s
   const VkBufferCopy region{s.offset, d.offset + offset, bytes};
   vkCmdCopyBuffer(cb, s.block->buffer, d.block->buffer, 1, &region);
   open_->frees.emplace_back(&dev_.staging_pool(), s);
+  mark("(write from host)");
 }
 
 void VulkanQueue::submit_and_wait_unlocked(std::unique_lock<std::mutex>& lock) {
@@ -224,6 +291,7 @@ void VulkanQueue::read(const Buffer& src, std::size_t offset, void* dst, std::si
     hazard(a);
     const VkBufferCopy region{s.offset + offset, st.offset, bytes};
     vkCmdCopyBuffer(cb, s.block->buffer, st.block->buffer, 1, &region);
+    mark("(read to host)");
     if (timeline_)
       submit_and_wait_unlocked(lock);
     else
@@ -246,6 +314,7 @@ void VulkanQueue::copy(const Buffer& src, std::size_t src_offset, Buffer& dst,
   hazard(a);
   const VkBufferCopy region{s.offset + src_offset, d.offset + dst_offset, bytes};
   vkCmdCopyBuffer(cb, s.block->buffer, d.block->buffer, 1, &region);
+  mark("(copy)");
 }
 
 void VulkanQueue::synchronize() {

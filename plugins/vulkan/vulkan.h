@@ -126,8 +126,13 @@ class VulkanQueue final : public Queue {
   void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
             std::size_t bytes) override;
   void synchronize() override;
+  // Kernel profiling: a timestamp after every command of a batch; a kernel's time is the span
+  // from the previous timestamp to its own (docs/performance.md, "Profiling kernels").
+  bool start_profiling() override;
+  std::vector<KernelTime> stop_profiling() override;
 
-  void dispatch(VkPipeline pipeline, std::span<const Binding> bindings,
+  // Records |pipeline| (the kernel |name|, for profiling) over |groups| work-groups.
+  void dispatch(std::string_view name, VkPipeline pipeline, std::span<const Binding> bindings,
                 std::span<const std::int32_t> push, std::array<std::uint32_t, 3> groups);
   // Frees |a| of |pool| once the work recorded so far has finished.
   void release(MemoryPool& pool, const Allocation& a) noexcept;
@@ -137,7 +142,15 @@ class VulkanQueue final : public Queue {
     VkCommandBuffer cb = VK_NULL_HANDLE;
     VkFence fence = VK_NULL_HANDLE;
     std::vector<std::pair<MemoryPool*, Allocation>> frees;  // after the fence
+    // While profiling: timestamp 0 at the start, timestamp i + 1 after command names[i].
+    VkQueryPool queries = VK_NULL_HANDLE;
+    std::vector<std::string> names;
   };
+  static constexpr std::uint32_t kQueries = 2 * kBatch;  // timestamps per batch
+  // While profiling, a timestamp after the command just recorded (submitting a full batch).
+  void mark(std::string_view name);
+  // Adds a finished batch's timestamps to times_.
+  void collect(Batch& b);
   VkCommandBuffer recording();                    // begins a batch if none is open
   void hazard(std::span<const Access> accesses);  // barrier if needed, then track
   void submit();                                  // ends and submits the open batch
@@ -158,6 +171,8 @@ class VulkanQueue final : public Queue {
   std::deque<std::unique_ptr<Batch>> in_flight_;
   std::vector<std::unique_ptr<Batch>> spare_;
   std::vector<Access> pending_;  // accesses since the last barrier
+  bool profiling_ = false;
+  std::map<std::string, KernelTime, std::less<>> times_;
 };
 
 // Shader modules and compute pipelines, created on first use and kept; the VkPipelineCache is
@@ -176,6 +191,8 @@ class Pipelines {
  private:
   void load_cache();
   void save_cache();
+  // Logs the compiler's statistics of |pipeline| (at debug; VulkanDevice::pipeline_statistics).
+  void log_statistics(const std::string& key, VkPipeline pipeline) const;
   VulkanDevice& dev_;
   std::mutex mu_;
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
@@ -244,6 +261,11 @@ class VulkanDevice final : public Device {
   PFN_vkCmdPushDescriptorSetKHR push_descriptor = nullptr;
   // Whether timeline semaphores were enabled (Vulkan 1.2's timelineSemaphore feature).
   bool timeline_semaphores() const { return timeline_; }
+  // Valid bits of the compute queue's timestamps (0: it has none; kernel profiling needs them).
+  std::uint32_t timestamp_bits() const { return timestamp_bits_; }
+  // Whether pipelines capture the compiler's statistics for the log (VK_KHR_pipeline_executable_
+  // properties, enabled at log level debug only).
+  bool pipeline_statistics() const { return exec_stats_; }
   // Free bytes of |heap| as the driver reports them (VK_EXT_memory_budget), or -1 when unknown.
   std::int64_t heap_budget(std::uint32_t heap) const;
 
@@ -256,6 +278,8 @@ class VulkanDevice final : public Device {
   std::uint32_t family_ = 0;
   bool budget_ext_ = false;
   bool timeline_ = false;
+  std::uint32_t timestamp_bits_ = 0;
+  bool exec_stats_ = false;
   VkDeviceSize max_buffer_ = 0;
   const char* max_buffer_limit_ = "maxStorageBufferRange";
   GemmTiles tiles_{};

@@ -2,10 +2,20 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "tessera/buffer.h"
 
 namespace tessera {
+
+// The device time of one kernel, summed over its launches (tessera/profiler.h).
+struct KernelTime {
+  std::string name;        // the kernel: a portable kernel's NAME.tk stem, or a plugin's own
+  std::int64_t calls = 0;  // launches recorded
+  double seconds = 0;      // device time, all launches together
+};
 
 // Every operation is ordered after all work enqueued earlier on the same queue. Only read() and
 // synchronize() wait for the device; everything else may return before the device has run it.
@@ -29,6 +39,14 @@ class Queue {
 
   // Blocks until all work enqueued so far has finished.
   virtual void synchronize() = 0;
+
+  // Kernel profiling, for tessera::Profiler (tessera/profiler.h); a backend that can not time
+  // kernels keeps these defaults. start_profiling() drops what was recorded and times every
+  // kernel enqueued from now on; false: this queue can not. stop_profiling() waits for the work
+  // enqueued so far, stops timing, and returns the times per kernel name, the longest total
+  // first. How a backend measures is its own (docs/performance.md, "Profiling kernels").
+  virtual bool start_profiling() { return false; }
+  virtual std::vector<KernelTime> stop_profiling() { return {}; }
 };
 
 }  // namespace tessera

@@ -1,0 +1,48 @@
+#include "tessera/profiler.h"
+
+#include <fmt/format.h>
+
+#include "tessera/errors.h"
+
+namespace tessera {
+
+Profiler::Profiler(Device& device) : device_(&device) {
+  if (!device.queue().start_profiling())
+    throw UnsupportedOperation(fmt::format(
+        "{} can not time its kernels (kernel profiling needs a GPU plugin: vulkan or opencl)",
+        device.id()));
+}
+
+Profiler::~Profiler() {
+  if (!running_) return;
+  try {
+    (void)device_->queue().stop_profiling();
+  } catch (...) {  // a destructor reports nothing; the queue's next call reports its errors
+  }
+}
+
+std::vector<KernelTime> Profiler::stop() {
+  if (!running_) throw Error("Profiler::stop() was called twice");
+  running_ = false;
+  return device_->queue().stop_profiling();
+}
+
+std::string format_kernel_times(std::span<const KernelTime> times) {
+  double total = 0;
+  std::size_t width = 6;
+  for (const KernelTime& t : times) {
+    total += t.seconds;
+    width = std::max(width, t.name.size());
+  }
+  std::string out = fmt::format("{:<{}}  {:>8}  {:>11}  {:>11}  {:>6}\n", "kernel", width, "calls",
+                                "total ms", "mean us", "share");
+  for (const KernelTime& t : times) {
+    const double mean = t.calls > 0 ? t.seconds / static_cast<double>(t.calls) : 0.0;
+    out += fmt::format("{:<{}}  {:>8}  {:>11.3f}  {:>11.2f}  {:>5.1f}%\n", t.name, width, t.calls,
+                       t.seconds * 1e3, mean * 1e6, total > 0 ? 100.0 * t.seconds / total : 0.0);
+  }
+  out += fmt::format("{:<{}}  {:>8}  {:>11.3f}\n", "all", width, "", total * 1e3);
+  return out;
+}
+
+}  // namespace tessera
