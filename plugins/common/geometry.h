@@ -239,18 +239,4 @@ inline std::int32_t numel_of(const Tensor& t) {
   return static_cast<std::int32_t>(t.numel());
 }
 
-// The add an addmm call's bias step is: output += bias on every row, in place over the output
-// (the bias expanded to the output's shape, stride 0 along the rows). The plugins run it with
-// their add kernel right after the GEMM.
-inline OpCall bias_add_of(const OpCall& addmm) {
-  const Tensor& y = addmm.out(0);
-  OpCall add{};
-  add.op = OpId::add;
-  add.num_inputs = 2;
-  add.num_outputs = 1;
-  add.inputs = {y, addmm.in(2).expand(y.shape())};
-  add.outputs = {y};
-  return add;
-}
-
 }  // namespace tessera::common

@@ -9,9 +9,32 @@ namespace tessera::common {
 // The first ops, moved here from the plugins' own kernels.
 void add_base_ops(PortableOps& ops);
 
-// The bias step of an addmm call whose GEMM a plugin has just launched: output += bias on every
-// row, in place, with the portable add kernel.
-void bias_add(const OpCall& addmm, Launcher& l);
+// --- GEMM: matmul, addmm, bmm (ops_gemm.cpp, kernels/gemm.tk) ---
+struct BatchDims;
+
+// One GEMM's tiles: a TM x TN tile of C per work-group, K in slices of TK, a WM x WN block per
+// invocation, one or two shared-memory buffers.
+struct GemmTiles {
+  int tm = 64, tn = 64, tk = 16, wm = 4, wn = 4, buffers = 1;
+  std::int64_t threads() const { return std::int64_t{tm / wm} * (tn / wn); }
+  std::int64_t shared_floats() const { return std::int64_t{buffers} * tk * (tm + tn); }
+};
+
+// The tiles of an [m, n] output (|batch| of them) on a device with |traits|: TESSERA_GEMM_TILES
+// where set (ConfigError if it is malformed or does not fit the device), else per problem.
+GemmTiles gemm_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, std::int64_t batch);
+
+// Reads TESSERA_GEMM_TILES; throws ConfigError if it is set and malformed. The GPU plugins call it
+// when they load, so that a typo fails the plugin (and device selection) with the reason.
+void check_gemm_environment();
+
+// c = op(a) op(b) (+ bias [n] on every row) for the |g.count| matrices of |g|: a, b contiguous
+// matrices (op(a) is [m, k], op(b) [k, n]), c contiguous [count, m, n].
+void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
+          bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+          const BatchDims& g);
+
+void add_gemm_ops(PortableOps& ops);
 
 // --- tensor API: casts, factories, indexing ---
 void add_tensor_ops(PortableOps& ops);

@@ -161,10 +161,6 @@ void adam_update(const OpCall& call, Launcher& l) {
 
 }  // namespace
 
-void bias_add(const OpCall& addmm, Launcher& l) {
-  binary<0>(bias_add_of(addmm), l);
-}
-
 void add_base_ops(PortableOps& ops) {
   ops.add(OpId::add, binary<0>);
   ops.add(OpId::sub, binary<1>);

@@ -1,34 +1,14 @@
-// Launch geometry of the nn group on the GPUs: batched matmul, embedding and its deterministic
-// backward, average pooling, and convolution with groups and dilation.
+// Launch geometry of the nn group on the GPUs: embedding and its deterministic backward, average
+// pooling, and convolution with groups and dilation (batched matmul: ops_gemm.cpp).
 #include <bit>
 #include <limits>
 
-#include "batch.h"
 #include "geometry.h"
 #include "ops.h"
 #include "pool.h"
 
 namespace tessera::common {
 namespace {
-
-constexpr std::int64_t kTile = 64;  // kernels/bmm.tk's tile of C
-
-void bmm(const OpCall& call, Launcher& l) {
-  const auto& at = call.attr<MatmulAttrs>();
-  const Shape& ys = call.out(0).shape();
-  const Shape& as = call.in(0).shape();
-  const std::int64_t m = ys[ys.rank() - 2], n = ys[ys.rank() - 1];
-  const std::int64_t k = at.trans_a ? as[as.rank() - 2] : as[as.rank() - 1];
-  const BatchDims g = batch_dims(call);
-  const std::int64_t across = (n + kTile - 1) / kTile, tiles = across * ((m + kTile - 1) / kTile);
-  Launch launch(l, "bmm", {at.trans_a ? 1 : 0, at.trans_b ? 1 : 0});
-  launch.in(call.in(0)).in(call.in(1)).out(call.out(0));
-  launch.i(m).i(n).i(k).i(across).i(tiles).i(g.rank);
-  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.shape[d] : 1);
-  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_a[d] : 0);
-  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_b[d] : 0);
-  launch.shared(2 * 16 * 65).group(256).groups(g.count * tiles);
-}
 
 int wide(const Tensor& indices) {
   return indices.dtype() == DType::i64 ? 1 : 0;
@@ -151,7 +131,6 @@ void conv2d_backward_weight(const OpCall& call, Launcher& l) {
 }  // namespace
 
 void add_nn_ops(PortableOps& ops) {
-  ops.add(OpId::bmm, bmm);
   ops.add(OpId::embedding, embedding);
   ops.add(OpId::embedding_backward, embedding_backward, embedding_backward_supports);
   ops.add(OpId::avg_pool2d, avg_pools);

@@ -15,6 +15,9 @@ set(TESSERA_PORTABLE_SOURCES
   # --- reductions, normalisation, losses, optimizers ---
   ${TESSERA_PORTABLE_DIR}/ops_reduce.cpp
 
+  # --- GEMM: matmul, addmm, bmm ---
+  ${TESSERA_PORTABLE_DIR}/ops_gemm.cpp
+
   # --- nn: batched matmul, embedding, pooling, attention ---
   # attention
   ${TESSERA_PORTABLE_DIR}/ops_attention.cpp
@@ -22,6 +25,9 @@ set(TESSERA_PORTABLE_SOURCES
 )
 set(TESSERA_PORTABLE_KERNELS
   binary copy max_pool optim reduce sum_rows unary
+
+  # --- GEMM: matmul, addmm, bmm ---
+  gemm
 
   # --- tensor API: casts, factories, indexing ---
   tensor_arange
@@ -47,41 +53,64 @@ set(TESSERA_PORTABLE_KERNELS
   flash_fwd
   flash_bwd_kv
   flash_bwd_q
-  bmm embedding embedding_backward avg_pool conv2d conv2d_backward_weight
+  embedding embedding_backward avg_pool conv2d conv2d_backward_weight
 )
 set(TESSERA_PORTABLE_PRELUDE
   ${TESSERA_PORTABLE_DIR}/kernels/prelude.glsl ${TESSERA_PORTABLE_DIR}/kernels/prelude.cl
   ${TESSERA_PORTABLE_DIR}/kernels/common.tk)
 
-# The kernel sources as OpenCL embeds them: prelude.cl, common.tk and every NAME.tk.
+# The definitions the build gives kernel |k| (kernels/README.md, "What the build defines"), by
+# what its text names: TK_BYTES for byte access (LDB/STB), TK_SHM4 for 4-float shared access
+# (SHM4), TK_READONLY_<b> for each binding b of a line "// tk-readonly: 0 1" and TK_WRITEONLY_<b>
+# for "// tk-writeonly: 2". Both plugins take them from here: Vulkan in the wrapper it compiles,
+# OpenCL from NAME.tk.defs embedded beside the text.
+function(tessera_portable_defines k out)
+  set(tk ${TESSERA_PORTABLE_DIR}/kernels/${k}.tk)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${tk})
+  file(READ ${tk} text)
+  set(defs "")
+  if(text MATCHES "(LDB|STB)\\(")
+    string(APPEND defs "#define TK_BYTES\n")
+  endif()
+  if(text MATCHES "SHM4\\(")
+    string(APPEND defs "#define TK_SHM4\n")
+  endif()
+  foreach(access readonly writeonly)
+    if(text MATCHES "// tk-${access}:([0-9 ]+)")
+      string(REGEX MATCHALL "[0-9]+" bindings "${CMAKE_MATCH_1}")
+      string(TOUPPER ${access} ACCESS)
+      foreach(b IN LISTS bindings)
+        string(APPEND defs "#define TK_${ACCESS}_${b}\n")
+      endforeach()
+    endif()
+  endforeach()
+  set(${out} "${defs}" PARENT_SCOPE)
+endfunction()
+
+# The kernel sources as OpenCL embeds them: prelude.cl, common.tk, every NAME.tk and its
+# NAME.tk.defs (written here).
 function(tessera_portable_sources out)
   set(files ${TESSERA_PORTABLE_DIR}/kernels/prelude.cl ${TESSERA_PORTABLE_DIR}/kernels/common.tk)
   foreach(k IN LISTS TESSERA_PORTABLE_KERNELS)
-    list(APPEND files ${TESSERA_PORTABLE_DIR}/kernels/${k}.tk)
+    tessera_portable_defines(${k} defs)
+    set(d ${CMAKE_CURRENT_BINARY_DIR}/tk/${k}.tk.defs)
+    file(CONFIGURE OUTPUT ${d} CONTENT "${defs}")
+    list(APPEND files ${TESSERA_PORTABLE_DIR}/kernels/${k}.tk ${d})
   endforeach()
   set(${out} ${files} PARENT_SCOPE)
 endfunction()
 
 # Every kernel compiled by glslc to NAME.tk.spv (Vulkan 1.2 SPIR-V), through a wrapper that
-# includes prelude.glsl; a kernel that reads or writes bytes (LDB/STB) gets 8-bit storage, one that
-# reads or writes 4 floats of shared memory at once (SHM4) its scratch as vec4s.
+# defines what tessera_portable_defines gives it and includes prelude.glsl.
 function(tessera_portable_spirv out)
   find_program(TESSERA_GLSLC glslc REQUIRED)
   set(spvs "")
   foreach(k IN LISTS TESSERA_PORTABLE_KERNELS)
     set(tk ${TESSERA_PORTABLE_DIR}/kernels/${k}.tk)
-    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${tk})
-    file(READ ${tk} text)
-    set(bytes "")
-    if(text MATCHES "(LDB|STB)\\(")
-      set(bytes "#define TK_BYTES\n")
-    endif()
-    if(text MATCHES "SHM4\\(")
-      string(APPEND bytes "#define TK_SHM4\n")
-    endif()
+    tessera_portable_defines(${k} defs)
     set(wrapper ${CMAKE_CURRENT_BINARY_DIR}/tk/${k}.comp)
     file(CONFIGURE OUTPUT ${wrapper} CONTENT
-         "#version 450\n#extension GL_GOOGLE_include_directive : require\n${bytes}#include \"prelude.glsl\"\n#include \"${k}.tk\"\n")
+         "#version 450\n#extension GL_GOOGLE_include_directive : require\n${defs}#include \"prelude.glsl\"\n#include \"${k}.tk\"\n")
     set(spv ${CMAKE_CURRENT_BINARY_DIR}/tk/${k}.tk.spv)
     add_custom_command(OUTPUT ${spv}
       COMMAND ${TESSERA_GLSLC} --target-env=vulkan1.2 -O -I ${TESSERA_PORTABLE_DIR}/kernels

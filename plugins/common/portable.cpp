@@ -79,6 +79,9 @@ const PortableOps& portable_ops() {
     PortableOps t;
     add_base_ops(t);
 
+    // --- GEMM: matmul, addmm, bmm ---
+    add_gemm_ops(t);
+
     // --- tensor API: casts, factories, indexing ---
     add_tensor_ops(t);
 

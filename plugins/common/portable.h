@@ -36,6 +36,7 @@ struct GpuTraits {
   std::int32_t max_group_size = 256;      // invocations per work-group
   std::int64_t max_shared_bytes = 16384;  // shared (local) memory per work-group
   bool is_cpu = false;                    // a CPU driver (lavapipe, PoCL)
+  std::int32_t compute_units = 0;         // SMs, CUs or cores; 0 when the API does not say
   // The register-tiled attention kernels (kernels/flash_*.tk) run correctly through this
   // device's compiler (Vulkan, OpenCL GPUs; the opencl plugin's device.cpp says why not PoCL).
   bool tiled_attention = false;

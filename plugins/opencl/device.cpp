@@ -140,18 +140,10 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   programs_ = std::make_unique<Programs>(
       context_, device, id, fmt::format("{}|{}|{}", info_.name, info_.driver, platform_version));
 
-  // CLBlast-like GEMM tiles: 128x128 work-group tiles for GPUs, smaller ones for CPUs (PoCL) and
-  // devices with small work-groups; KWG 16, 8x8 or 4x4 per work-item, float4 loads.
-  GemmTiles tiles{128, 128, 16, 8, 8};
-  if (info_.type == DeviceType::cpu) tiles = {64, 64, 16, 4, 4};
-  if (max_wg < 256 || local < 24 * 1024) tiles = {32, 32, 16, 4, 4};
-  info_.properties.push_back({"gemm tiles", fmt::format("{}x{}x{}, {}x{} per work-item", tiles.tm,
-                                                        tiles.tn, tiles.tk, tiles.wm, tiles.wn)});
   std::size_t reduce_wg = 256;
   while (reduce_wg > max_wg) reduce_wg /= 2;
-  ctx_ = std::make_unique<Context>(Context{*programs_, *queue_, tiles, reduce_wg,
+  ctx_ = std::make_unique<Context>(Context{*programs_, *queue_, reduce_wg,
                                            fmt::format("-DREDUCE_WG={}", reduce_wg), launch_mu_});
-  register_kernels(kernels_, *ctx_);
   common::GpuTraits traits;
   traits.vendor_id = device_value<cl_uint>(device, CL_DEVICE_VENDOR_ID);
   traits.subgroup_size = traits.vendor_id == 0x10de ? 32 : 1;
@@ -163,6 +155,7 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   traits.max_shared_bytes =
       static_cast<std::int64_t>(local) - (traits.vendor_id == 0x10de ? 1024 : 0);
   traits.is_cpu = info_.type == DeviceType::cpu;
+  traits.compute_units = info_.compute_units;
   // The register-tiled attention kernels (kernels/flash_*.tk) run on GPUs; CPU drivers keep the
   // general ones: PoCL 3.1 miscompiles the tiled kernels when it specialises a work-group function
   // (a causal row now and then attends to masked keys; POCL_WORK_GROUP_SPECIALIZATION=0 or

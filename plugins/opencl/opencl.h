@@ -141,11 +141,6 @@ class OpenclAllocator final : public Allocator {
   std::size_t used_ = 0;
 };
 
-// GEMM tile sizes (gemm.cl), chosen per device.
-struct GemmTiles {
-  int tm, tn, tk, wm, wn;
-};
-
 // Programs built from the embedded kernels/*.cl on first use, one per (file, options), with their
 // binaries cached on disk; kernels created once per name. Thread-safe.
 class Programs {
@@ -172,15 +167,13 @@ class Programs {
 struct Context {
   Programs& programs;
   OpenclQueue& queue;
-  GemmTiles tiles;
   std::size_t reduce_wg;  // work-group size of the reduction kernels: a power of two <= 256
-  std::string options;    // build options of every program but gemm.cl ("-DREDUCE_WG=256")
+  std::string options;    // build options of every program ("-DREDUCE_WG=256")
   std::mutex& launch_mu;  // clSetKernelArg + enqueue of one cl_kernel are not thread-safe
   common::Launcher* launcher = nullptr;  // the device's portable kernels (set once it exists)
 };
 
 using KernelTable = std::array<std::unique_ptr<Kernel>, kNumOps>;
-void register_kernels(KernelTable& table, Context& ctx);
 
 // Runs the portable kernels (../common/portable.h) on one device; lives as long as the device.
 class OpenclLauncher final : public common::Launcher {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "../common/backend.h"
+#include "../common/ops.h"
 #include "opencl.h"
 #include "tessera/log.h"
 #include "tessera/plugin.h"
@@ -62,6 +63,7 @@ class OpenclBackend final : public common::OwningBackend {
 };
 
 std::unique_ptr<Backend> create_backend() {
+  common::check_gemm_environment();
   return std::make_unique<OpenclBackend>();
 }
 

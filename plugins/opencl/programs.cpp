@@ -49,14 +49,16 @@ std::string_view embedded_text(std::string_view file) {
 }
 
 // The program text of |file|: an OpenCL C file as it is, or a portable kernel (NAME.tk) after
-// the portable prelude and common functions (../common/kernels/README.md); one that names SHM4
-// gets TK_SHM4 defined, as the Vulkan build does (its scratch is then 4 floats an element).
+// the definitions the build wrote for it (NAME.tk.defs: TK_SHM4, TK_READONLY_<b>, as the Vulkan
+// build defines them; ../common/portable.cmake), the portable prelude and common functions
+// (../common/kernels/README.md).
 std::string source_of(std::string_view file) {
   if (!file.ends_with(".tk")) return std::string(embedded_text(file));
-  const std::string_view body = embedded_text(file);
+  const auto defs = embedded_file(fmt::format("{}.defs", file));
   return fmt::format("{}{}\n{}\n#line 1 \"{}\"\n{}",
-                     body.find("SHM4(") != std::string_view::npos ? "#define TK_SHM4\n" : "",
-                     embedded_text("prelude.cl"), embedded_text("common.tk"), file, body);
+                     std::string_view(reinterpret_cast<const char*>(defs.data()), defs.size()),
+                     embedded_text("prelude.cl"), embedded_text("common.tk"), file,
+                     embedded_text(file));
 }
 
 }  // namespace

@@ -169,7 +169,21 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   VkPhysicalDeviceDriverProperties drv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, &sub};
   VkPhysicalDeviceMaintenance3Properties m3{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES, &drv};
-  VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &m3, {}};
+  // Compute units, where a vendor extension tells them (the GEMM's tiles: ops_gemm.cpp).
+  VkPhysicalDeviceShaderSMBuiltinsPropertiesNV nv_sm{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+  VkPhysicalDeviceShaderCorePropertiesAMD amd_cores{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
+  void* chain = &m3;
+  if (has_extension(physical, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) {
+    nv_sm.pNext = chain;
+    chain = &nv_sm;
+  }
+  if (has_extension(physical, VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME)) {
+    amd_cores.pNext = chain;
+    chain = &amd_cores;
+  }
+  VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, chain, {}};
   vkGetPhysicalDeviceProperties2(physical, &p2);
   max_buffer_ =
       std::min<VkDeviceSize>(m3.maxMemoryAllocationSize, props_.limits.maxStorageBufferRange);
@@ -183,7 +197,10 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   info_.vendor = fmt::format("{} ({:#06x})", drv.driverName, props_.vendorID);
   info_.driver =
       drv.driverInfo[0] ? std::string(drv.driverInfo) : std::to_string(props_.driverVersion);
-  info_.compute_units = 0;
+  info_.compute_units = static_cast<int>(
+      nv_sm.shaderSMCount > 0 ? nv_sm.shaderSMCount
+                              : amd_cores.shaderEngineCount * amd_cores.shaderArraysPerEngineCount *
+                                    amd_cores.computeUnitsPerShaderArray);
   info_.score = 20;
   const bool host_memory =
       info_.type == DeviceType::cpu || info_.type == DeviceType::integrated_gpu;
@@ -195,14 +212,6 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
         fmt::format("{}{}{}", h ? ", " : "", format_bytes(mp.memoryHeaps[h].size),
                     (mp.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) ? " local" : "");
   const bool mapped = mp.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
-
-  // GEMM tiles: 128x128 work-group tiles with 8x8 per invocation on GPUs (16 KiB of the 48 KiB
-  // of shared memory NVIDIA gives), smaller ones on CPU implementations (lavapipe).
-  tiles_ =
-      info_.type == DeviceType::cpu ? GemmTiles{64, 64, 16, 4, 4} : GemmTiles{128, 128, 16, 8, 8};
-  if (props_.limits.maxComputeWorkGroupInvocations < 256 ||
-      props_.limits.maxComputeSharedMemorySize < 24 * 1024)
-    tiles_ = {32, 32, 16, 4, 4};
 
   info_.properties = {
       {"api version", fmt::format("{}.{}.{}", VK_API_VERSION_MAJOR(props_.apiVersion),
@@ -218,8 +227,6 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
       {"f16", f12.shaderFloat16 ? "yes" : "no"},
       {"8-bit storage", f12.storageBuffer8BitAccess ? "yes" : "no (bool kernels can not run)"},
       {"cooperative matrix", coop ? "yes (VK_KHR_cooperative_matrix)" : "no"},
-      {"gemm tiles", fmt::format("{}x{}x{}, {}x{} per invocation", tiles_.tm, tiles_.tn, tiles_.tk,
-                                 tiles_.wm, tiles_.wn)},
   };
 
   device_pool_ = std::make_unique<MemoryPool>(*this, type, mp.memoryTypes[type].heapIndex, mapped);
@@ -227,7 +234,6 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
       std::make_unique<MemoryPool>(*this, staging, mp.memoryTypes[staging].heapIndex, true);
   queue_ = std::make_unique<VulkanQueue>(*this);
   pipelines_ = std::make_unique<Pipelines>(*this);
-  register_kernels(kernels_, *this);
   common::GpuTraits traits;
   traits.vendor_id = props_.vendorID;
   traits.subgroup_size = static_cast<std::int32_t>(std::max(sub.subgroupSize, 1u));
@@ -236,6 +242,7 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   traits.max_shared_bytes = props_.limits.maxComputeSharedMemorySize;
   traits.tiled_attention = true;
   traits.is_cpu = info_.type == DeviceType::cpu;
+  traits.compute_units = info_.compute_units;
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), memory type {}", id_, info_.name, info_.driver, type);

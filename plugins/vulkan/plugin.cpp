@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "../common/backend.h"
+#include "../common/ops.h"
 #include "tessera/log.h"
 #include "tessera/plugin.h"
 #include "vulkan.h"
@@ -52,6 +53,7 @@ class VulkanBackend final : public common::OwningBackend {
 };
 
 std::unique_ptr<Backend> create_backend() {
+  common::check_gemm_environment();
   return std::make_unique<VulkanBackend>();
 }
 

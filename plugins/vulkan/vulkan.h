@@ -203,12 +203,7 @@ class Pipelines {
   std::map<std::string, VkPipeline, std::less<>> pipelines_;
 };
 
-struct GemmTiles {
-  int tm, tn, tk, wm, wn;
-};
-
 using KernelTable = std::array<std::unique_ptr<Kernel>, kNumOps>;
-void register_kernels(KernelTable& table, VulkanDevice& device);
 
 // Runs the portable kernels (../common/portable.h) on one device; lives as long as the device.
 class VulkanLauncher final : public common::Launcher {
@@ -248,7 +243,6 @@ class VulkanDevice final : public Device {
   MemoryPool& staging_pool() { return *staging_pool_; }
   VulkanQueue& vk_queue_object() { return *queue_; }
   Pipelines& pipelines() { return *pipelines_; }
-  const GemmTiles& tiles() const { return tiles_; }
   common::Launcher& launcher() { return *launcher_; }
   // The largest buffer a kernel can bind: the smaller of maxStorageBufferRange and
   // maxMemoryAllocationSize, and which of the two it is.
@@ -282,7 +276,6 @@ class VulkanDevice final : public Device {
   bool exec_stats_ = false;
   VkDeviceSize max_buffer_ = 0;
   const char* max_buffer_limit_ = "maxStorageBufferRange";
-  GemmTiles tiles_{};
   DeviceInfo info_;
   VulkanAllocator allocator_{*this};
   std::unique_ptr<MemoryPool> device_pool_, staging_pool_;

@@ -245,6 +245,28 @@ TEST(TesseraDevices, TheCpuGemmLibraryAndThreadCountFollowTheirVariables) {
   }
 }
 
+// TESSERA_GEMM_TILES, read by both GPU plugins when they load: a malformed value fails each with
+// the reason, and no device is chosen.
+TEST(TesseraDevices, AMalformedGemmTilesVariableFailsTheGpuPlugins) {
+  for (const std::string value :
+       {"abc", "128,128,16,8,8", "128,128,16,8,8,3", "9999999999,1,1,1,1,1", "128,128,16,8,8,2,"}) {
+    const Result r = run("TESSERA_GEMM_TILES=" + value, std::string(DEVICES_BIN) + " --json");
+    EXPECT_EQ(r.code, 2) << value << "\n" << r.out << r.err;
+    const json j = json::parse(r.out);
+    for (const char* name : {"vulkan", "opencl"}) {
+      const json* p = find(j["plugins"], "name", name);
+      ASSERT_NE(p, nullptr) << name;
+      EXPECT_EQ((*p)["stage"], "config") << name << " " << value;
+      EXPECT_NE((*p)["reason"].get<std::string>().find("TESSERA_GEMM_TILES='" + value +
+                                                       "' is not TM,TN,TK,WM,WN,BUFFERS"),
+                std::string::npos)
+          << (*p)["reason"];
+    }
+  }
+  const Result ok = run("TESSERA_GEMM_TILES=64,64,16,8,8,1", DEVICES_BIN);
+  EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
+}
+
 // A oneDNN that loads but lacks its entry points: auto falls back to OpenBLAS and says why; naming
 // oneDNN fails the plugin with the reason and how to install it.
 TEST(TesseraDevices, AnUnusableOneDnnFallsBackToOpenBlasUnlessItWasNamed) {

@@ -24,10 +24,68 @@ typedef struct {
 #else
 #define TK_SHM_ARG __local float *tk_shm
 #endif
-#define TK_ARGS                                                                                   \
-  __global float *t0, __global float *t1, __global float *t2, __global float *t3,                \
-      __global float *t4, __global float *t5, __global float *t6, __global float *t7,            \
-      const TkParams tk_p, TK_SHM_ARG
+// A binding the kernel declares read-only ("// tk-readonly:", TK_READONLY_<k>) is const restrict:
+// the kernel never writes it, and its launch binds no tensor that another binding writes. One
+// declared write-only ("// tk-writeonly:") is restrict: no other binding of the launch overlaps it.
+#if defined(TK_READONLY_0)
+#define TK_PTR_0 __global const float *restrict
+#elif defined(TK_WRITEONLY_0)
+#define TK_PTR_0 __global float *restrict
+#else
+#define TK_PTR_0 __global float *
+#endif
+#if defined(TK_READONLY_1)
+#define TK_PTR_1 __global const float *restrict
+#elif defined(TK_WRITEONLY_1)
+#define TK_PTR_1 __global float *restrict
+#else
+#define TK_PTR_1 __global float *
+#endif
+#if defined(TK_READONLY_2)
+#define TK_PTR_2 __global const float *restrict
+#elif defined(TK_WRITEONLY_2)
+#define TK_PTR_2 __global float *restrict
+#else
+#define TK_PTR_2 __global float *
+#endif
+#if defined(TK_READONLY_3)
+#define TK_PTR_3 __global const float *restrict
+#elif defined(TK_WRITEONLY_3)
+#define TK_PTR_3 __global float *restrict
+#else
+#define TK_PTR_3 __global float *
+#endif
+#if defined(TK_READONLY_4)
+#define TK_PTR_4 __global const float *restrict
+#elif defined(TK_WRITEONLY_4)
+#define TK_PTR_4 __global float *restrict
+#else
+#define TK_PTR_4 __global float *
+#endif
+#if defined(TK_READONLY_5)
+#define TK_PTR_5 __global const float *restrict
+#elif defined(TK_WRITEONLY_5)
+#define TK_PTR_5 __global float *restrict
+#else
+#define TK_PTR_5 __global float *
+#endif
+#if defined(TK_READONLY_6)
+#define TK_PTR_6 __global const float *restrict
+#elif defined(TK_WRITEONLY_6)
+#define TK_PTR_6 __global float *restrict
+#else
+#define TK_PTR_6 __global float *
+#endif
+#if defined(TK_READONLY_7)
+#define TK_PTR_7 __global const float *restrict
+#elif defined(TK_WRITEONLY_7)
+#define TK_PTR_7 __global float *restrict
+#else
+#define TK_PTR_7 __global float *
+#endif
+#define TK_ARGS                                                                                 \
+  TK_PTR_0 t0, TK_PTR_1 t1, TK_PTR_2 t2, TK_PTR_3 t3, TK_PTR_4 t4, TK_PTR_5 t5, TK_PTR_6 t6,    \
+      TK_PTR_7 t7, const TkParams tk_p, TK_SHM_ARG
 #define TK_PASS t0, t1, t2, t3, t4, t5, t6, t7, tk_p, tk_shm
 
 #define P(i) tk_p.w[9 + (i)]
@@ -57,11 +115,11 @@ typedef struct {
 #define MK4(a, b, c, d) ((float4)((a), (b), (c), (d)))
 #define LDF4(k, i) vload4(tk_p.w[k] / 4 + (i), t##k)
 #define STF4(k, i, x) vstore4((x), tk_p.w[k] / 4 + (i), t##k)
-#define LDI(k, i) ((__global int*)t##k)[TK_AT(k, i)]
+#define LDI(k, i) ((__global const int*)t##k)[TK_AT(k, i)]
 #define STI(k, i, x) (((__global int*)t##k)[TK_AT(k, i)] = (x))
-#define LDB(k, i) ((int)((__global uchar*)t##k)[TK_AT(k, i)])
+#define LDB(k, i) ((int)((__global const uchar*)t##k)[TK_AT(k, i)])
 #define STB(k, i, x) (((__global uchar*)t##k)[TK_AT(k, i)] = (uchar)(x))
-#define LDL(k, i) ((int)((__global long*)t##k)[TK_AT(k, i)])
+#define LDL(k, i) ((int)((__global const long*)t##k)[TK_AT(k, i)])
 #define STL(k, i, x) (((__global long*)t##k)[TK_AT(k, i)] = (long)(x))
 
 #define TO_F(x) ((float)(x))

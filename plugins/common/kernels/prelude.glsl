@@ -31,14 +31,76 @@ shared float tk_shm[TK_SHM];
 
 #ifdef TK_BYTES
 #define TK_BYTE_VIEW(k) \
-  layout(binding = k) buffer TkB##k { uint8_t v[]; } tk_b##k;
+  layout(binding = k) TK_ACCESS(k) buffer TkB##k { uint8_t v[]; } tk_b##k;
 #else
 #define TK_BYTE_VIEW(k)
 #endif
-#define TK_BUFFER(k)                                         \
-  layout(binding = k) buffer TkF##k { float v[]; } tk_f##k;  \
-  layout(binding = k) buffer TkV##k { vec4 v[]; } tk_v##k;   \
-  layout(binding = k) buffer TkI##k { int v[]; } tk_i##k;    \
+#if defined(TK_READONLY_0)
+#define TK_ACCESS_0 readonly restrict
+#elif defined(TK_WRITEONLY_0)
+#define TK_ACCESS_0 writeonly restrict
+#else
+#define TK_ACCESS_0
+#endif
+#if defined(TK_READONLY_1)
+#define TK_ACCESS_1 readonly restrict
+#elif defined(TK_WRITEONLY_1)
+#define TK_ACCESS_1 writeonly restrict
+#else
+#define TK_ACCESS_1
+#endif
+#if defined(TK_READONLY_2)
+#define TK_ACCESS_2 readonly restrict
+#elif defined(TK_WRITEONLY_2)
+#define TK_ACCESS_2 writeonly restrict
+#else
+#define TK_ACCESS_2
+#endif
+#if defined(TK_READONLY_3)
+#define TK_ACCESS_3 readonly restrict
+#elif defined(TK_WRITEONLY_3)
+#define TK_ACCESS_3 writeonly restrict
+#else
+#define TK_ACCESS_3
+#endif
+#if defined(TK_READONLY_4)
+#define TK_ACCESS_4 readonly restrict
+#elif defined(TK_WRITEONLY_4)
+#define TK_ACCESS_4 writeonly restrict
+#else
+#define TK_ACCESS_4
+#endif
+#if defined(TK_READONLY_5)
+#define TK_ACCESS_5 readonly restrict
+#elif defined(TK_WRITEONLY_5)
+#define TK_ACCESS_5 writeonly restrict
+#else
+#define TK_ACCESS_5
+#endif
+#if defined(TK_READONLY_6)
+#define TK_ACCESS_6 readonly restrict
+#elif defined(TK_WRITEONLY_6)
+#define TK_ACCESS_6 writeonly restrict
+#else
+#define TK_ACCESS_6
+#endif
+#if defined(TK_READONLY_7)
+#define TK_ACCESS_7 readonly restrict
+#elif defined(TK_WRITEONLY_7)
+#define TK_ACCESS_7 writeonly restrict
+#else
+#define TK_ACCESS_7
+#endif
+// A binding the kernel declares read-only ("// tk-readonly:", TK_READONLY_<k>) is readonly and
+// restrict: the kernel never writes it, and its launch binds no tensor that another binding
+// writes. One declared write-only ("// tk-writeonly:") is writeonly and restrict: never read, and
+// no other binding of the launch overlaps it. NVIDIA's Vulkan compiler needs them to keep loads
+// in flight across stores (docs/performance.md); OpenCL is told the same (prelude.cl).
+#define TK_ACCESS(k) TK_ACCESS_##k
+#define TK_BUFFER(k)                                                      \
+  layout(binding = k) TK_ACCESS(k) buffer TkF##k { float v[]; } tk_f##k;  \
+  layout(binding = k) TK_ACCESS(k) buffer TkV##k { vec4 v[]; } tk_v##k;   \
+  layout(binding = k) TK_ACCESS(k) buffer TkI##k { int v[]; } tk_i##k;    \
   TK_BYTE_VIEW(k)
 TK_BUFFER(0)
 TK_BUFFER(1)
@@ -100,14 +162,31 @@ uint tk_mulhi(uint a, uint b) {
     tk_i##k.v[2 * at] = x;           \
     tk_i##k.v[2 * at + 1] = x >> 31; \
   }
+// (not for read-only bindings)
+#ifndef TK_READONLY_0
 TK_STL(0)
+#endif
+#ifndef TK_READONLY_1
 TK_STL(1)
+#endif
+#ifndef TK_READONLY_2
 TK_STL(2)
+#endif
+#ifndef TK_READONLY_3
 TK_STL(3)
+#endif
+#ifndef TK_READONLY_4
 TK_STL(4)
+#endif
+#ifndef TK_READONLY_5
 TK_STL(5)
+#endif
+#ifndef TK_READONLY_6
 TK_STL(6)
+#endif
+#ifndef TK_READONLY_7
 TK_STL(7)
+#endif
 
 // The body of KERNEL runs for work-groups below NGROUPS only (the grid is rounded up).
 #define KERNEL                        \

@@ -1,0 +1,151 @@
+// Launch geometry of the GEMM (kernels/gemm.tk) for matmul, addmm and bmm: the tiles are chosen
+// per problem, so that a small output still has work-groups for every compute unit.
+#include <charconv>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "batch.h"
+#include "geometry.h"
+#include "ops.h"
+#include "tessera/errors.h"
+
+namespace tessera::common {
+namespace {
+
+constexpr int kFlagTransA = 1, kFlagTransB = 2, kFlagVec = 4, kFlagBias = 8, kFlagTwoBuffers = 16;
+
+// Why |t| can not run on a device with |traits|, or empty.
+std::string unfit(const GemmTiles& t, const GpuTraits& traits) {
+  if ((t.wm != 4 && t.wm != 8) || (t.wn != 4 && t.wn != 8))
+    return "the invocation's block (WM x WN) must be 4 or 8 each way";
+  if (t.tm < 4 * t.wm || t.tm % t.wm || t.tn < 4 * t.wn || t.tn % t.wn || t.tm % 4 || t.tn % 4)
+    return "TM and TN must be multiples of WM and WN and of 4, at least 4 * WM and 4 * WN";
+  if (t.tk < 4 || t.tk % 4) return "TK must be a positive multiple of 4";
+  const std::int64_t threads = t.threads();
+  if (threads > traits.max_group_size)
+    return fmt::format("{} invocations per work-group, more than the device's {}", threads,
+                       traits.max_group_size);
+  if ((t.tm / 4) * (t.tk / 4) + (t.tn / 4) * (t.tk / 4) > 2 * threads)
+    return "a slice has more than two 4 x 4 loading tasks per invocation";
+  if (t.shared_floats() * 4 > traits.max_shared_bytes)
+    return fmt::format("{} bytes of shared memory, more than the device's {}",
+                       t.shared_floats() * 4, traits.max_shared_bytes);
+  return {};
+}
+
+// TESSERA_GEMM_TILES=TM,TN,TK,WM,WN,BUFFERS: every GEMM of the GPU plugins takes these tiles
+// (for tuning; docs/user-guide.md). Unset: nullopt. Each value is an integer in [1, 4096].
+std::optional<GemmTiles> tiles_from_environment() {
+  static const std::optional<GemmTiles> parsed = []() -> std::optional<GemmTiles> {
+    const char* env = std::getenv("TESSERA_GEMM_TILES");
+    if (!env || !*env) return std::nullopt;
+    const std::string_view s(env);
+    int v[6] = {};
+    std::size_t at = 0;
+    bool ok = true;
+    for (int i = 0; i < 6 && ok; ++i) {
+      const char* first = s.data() + at;
+      const auto [end, ec] = std::from_chars(first, s.data() + s.size(), v[i]);
+      ok = ec == std::errc() && end != first && v[i] >= 1 && v[i] <= 4096;
+      at = static_cast<std::size_t>(end - s.data());
+      if (ok && i < 5) ok = at < s.size() && s[at++] == ',';
+    }
+    if (!ok || at != s.size() || (v[5] != 1 && v[5] != 2))
+      throw ConfigError(fmt::format(
+          "TESSERA_GEMM_TILES='{}' is not TM,TN,TK,WM,WN,BUFFERS (six integers from 1 to 4096, "
+          "BUFFERS 1 or 2; for instance 128,128,16,8,8,2); unset it for the tiles chosen per call",
+          s));
+    return GemmTiles{v[0], v[1], v[2], v[3], v[4], v[5]};
+  }();
+  return parsed;
+}
+
+}  // namespace
+
+void check_gemm_environment() {
+  (void)tiles_from_environment();
+}
+
+GemmTiles gemm_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, std::int64_t batch) {
+  if (const auto forced = tiles_from_environment()) {
+    if (const std::string why = unfit(*forced, traits); !why.empty())
+      throw ConfigError(fmt::format("TESSERA_GEMM_TILES={},{},{},{},{},{} can not run here: {}",
+                                    forced->tm, forced->tn, forced->tk, forced->wm, forced->wn,
+                                    forced->buffers, why));
+    return *forced;
+  }
+  // CPU drivers (lavapipe, PoCL): 64 invocations of 8 x 8, one buffer, the fastest of the sets
+  // tried on both at 256^3 and 512^3 (docs/performance.md).
+  if (traits.is_cpu) return {64, 64, 16, 8, 8, 1};
+  // Largest first; the first that gives every compute unit a work-group, else the one that
+  // gives the most work-groups.
+  static constexpr GemmTiles kGpu[] = {{128, 128, 16, 8, 8, 2},
+                                       {128, 64, 16, 8, 8, 2},
+                                       {64, 64, 16, 8, 8, 2},
+                                       {32, 32, 16, 4, 4, 1}};
+  const GemmTiles* best = nullptr;
+  for (const GemmTiles& t : kGpu) {
+    if (!unfit(t, traits).empty()) continue;
+    best = &t;
+    const std::int64_t groups = batch * ((m + t.tm - 1) / t.tm) * ((n + t.tn - 1) / t.tn);
+    if (traits.compute_units <= 0 || groups >= traits.compute_units) break;
+  }
+  if (!best) throw BackendError("no GEMM tiles fit this device's work-groups and shared memory");
+  return *best;
+}
+
+void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
+          bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+          const BatchDims& g) {
+  if (m == 0 || n == 0 || g.count == 0) return;
+  const GemmTiles t = gemm_tiles(l.traits(), m, n, g.count);
+  bool vec = multiples_of_4({m, n, k, a.offset(), b.offset(), c.offset()}) &&
+             (!bias || bias->offset() % 4 == 0);
+  for (int d = 0; d < g.rank; ++d) vec = vec && g.stride_a[d] % 4 == 0 && g.stride_b[d] % 4 == 0;
+  const int flags = (trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0) |
+                    (vec ? kFlagVec : 0) | (bias ? kFlagBias : 0) |
+                    (t.buffers == 2 ? kFlagTwoBuffers : 0);
+  const std::int64_t across = (n + t.tn - 1) / t.tn, tiles = across * ((m + t.tm - 1) / t.tm);
+  Launch launch(l, "gemm", {t.tm, t.tn, t.wm | t.wn << 4 | t.tk << 8, flags});
+  launch.in(a).in(b).out(c).in(bias ? *bias : a);  // binding 3 unread without a bias
+  launch.i(m).i(n).i(k).i(across).i(tiles).i(g.rank);
+  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.shape[d] : 1);
+  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_a[d] : 0);
+  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_b[d] : 0);
+  launch.shared(static_cast<std::int32_t>(t.shared_floats()))
+      .group(static_cast<std::int32_t>(t.threads()))
+      .groups(g.count * tiles);
+}
+
+namespace {
+
+void matmul(const OpCall& call, Launcher& l) {
+  const auto& at = call.attr<MatmulAttrs>();
+  const Tensor &a = call.in(0), &b = call.in(1), &y = call.out(0);
+  const std::int64_t k = at.trans_a ? a.dim(0) : a.dim(1);
+  gemm(l, a, b, y, call.op == OpId::addmm ? &call.in(2) : nullptr, at.trans_a, at.trans_b, y.dim(0),
+       y.dim(1), k, BatchDims{});
+}
+
+void bmm(const OpCall& call, Launcher& l) {
+  const auto& at = call.attr<MatmulAttrs>();
+  const Shape& ys = call.out(0).shape();
+  const Shape& as = call.in(0).shape();
+  const std::int64_t k = at.trans_a ? as[as.rank() - 2] : as[as.rank() - 1];
+  gemm(l, call.in(0), call.in(1), call.out(0), nullptr, at.trans_a, at.trans_b, ys[ys.rank() - 2],
+       ys[ys.rank() - 1], k, batch_dims(call));
+}
+
+}  // namespace
+
+void add_gemm_ops(PortableOps& ops) {
+  ops.add(OpId::matmul, matmul);
+  ops.add(OpId::addmm, matmul);
+  ops.add(OpId::bmm, bmm);
+}
+
+}  // namespace tessera::common
