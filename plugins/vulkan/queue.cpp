@@ -77,8 +77,14 @@ VkCommandBuffer VulkanQueue::recording() {
       VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
       qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
       qi.queryCount = kQueries;
-      check(vkCreateQueryPool(dev_.handle(), &qi, nullptr, &b->queries), "vkCreateQueryPool",
-            dev_.name());
+      const VkResult r = vkCreateQueryPool(dev_.handle(), &qi, nullptr, &b->queries);
+      if (r != VK_SUCCESS) {  // the batch goes back unused; the queue stays usable
+        b->queries = VK_NULL_HANDLE;
+        vkEndCommandBuffer(b->cb);
+        vkResetCommandBuffer(b->cb, 0);
+        spare_.push_back(std::move(b));
+        check(r, "vkCreateQueryPool", dev_.name());
+      }
     }
     vkCmdResetQueryPool(b->cb, b->queries, 0, kQueries);
     vkCmdWriteTimestamp(b->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->queries, 0);
