@@ -39,7 +39,7 @@ const std::vector<std::string>& op_case_names();
 
 // --profile: the device time of every kernel in one more run of |fn| (which makes |calls|
 // calls), the longest first, as [{"kernel", "launches", "seconds"}] per call; printed to stderr
-// as a table of the whole run, headed |title|. Null on a device that can not time kernels (cpu:0).
+// as a table of the whole run, headed |title|. Null on a device that can not time kernels.
 json profile_kernels(Device& dev, int calls, const std::function<void()>& fn,
                      const std::string& title);
 

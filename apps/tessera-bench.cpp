@@ -999,8 +999,9 @@ int main(int argc, char** argv) {
       "tessera-train", po::value(&fit.tessera_train)->default_value(fit.tessera_train),
       "fit case: the tessera-train executable")(
       "profile", po::bool_switch(&profile),
-      "sgemm, train and op cases on GPU devices: one more run with every kernel timed on the "
-      "device; its table goes to stderr and into the result as \"kernels\" (per call or step)")(
+      "sgemm, train and op cases: one more run with every kernel timed (GPUs: on the device; "
+      "cpu: each op); its table goes to stderr and into the result as \"kernels\" (per call or "
+      "step)")(
       "rounds", po::value(&rounds)->default_value(rounds),
       "train case: rounds of (Tessera, peer) runs, alternated; the median round is reported")(
       "torch-python", po::value(&torch_python)->default_value(torch_python),

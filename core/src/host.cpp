@@ -1,5 +1,6 @@
 #include "tessera/host.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -62,6 +63,35 @@ void HostQueue::copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std
                      std::size_t bytes) {
   std::memmove(static_cast<std::byte*>(dst.host_ptr()) + dst_offset,
                static_cast<const std::byte*>(src.host_ptr()) + src_offset, bytes);
+}
+
+bool HostQueue::start_profiling() {
+  if (!times_kernels_) return false;
+  std::lock_guard lock(mu_);
+  times_.clear();
+  profiling_ = true;
+  return true;
+}
+
+std::vector<KernelTime> HostQueue::stop_profiling() {
+  std::lock_guard lock(mu_);
+  profiling_ = false;
+  std::vector<KernelTime> out;
+  for (auto& [name, t] : times_) out.push_back(std::move(t));
+  times_.clear();
+  std::sort(out.begin(), out.end(),
+            [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+void HostQueue::record(std::string_view name, double seconds) {
+  std::lock_guard lock(mu_);
+  if (!profiling_) return;
+  auto it = times_.find(name);
+  if (it == times_.end())
+    it = times_.emplace(std::string(name), KernelTime{std::string(name)}).first;
+  it->second.calls += 1;
+  it->second.seconds += seconds;
 }
 
 }  // namespace tessera

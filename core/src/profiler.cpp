@@ -9,7 +9,7 @@ namespace tessera {
 Profiler::Profiler(Device& device) : device_(&device) {
   if (!device.queue().start_profiling())
     throw UnsupportedOperation(fmt::format(
-        "{} can not time its kernels (kernel profiling needs a GPU plugin: vulkan or opencl)",
+        "{} can not time its kernels: its plugin's queue does not implement start_profiling()",
         device.id()));
 }
 

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
@@ -75,7 +76,16 @@ Threads thread_count() {
 
 CpuDevice::CpuDevice() : CpuDevice(thread_count()) {}
 
-CpuDevice::CpuDevice(Threads threads) : pool_(threads.count), ctx_{pool_, blas(), scratch_} {
+void CpuKernel::launch(const OpCall& call, Queue&) const {
+  if (!ctx_.queue.profiling()) return launch_(call, ctx_);
+  const auto t0 = std::chrono::steady_clock::now();
+  launch_(call, ctx_);
+  ctx_.queue.record(op_name(call.op),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+CpuDevice::CpuDevice(Threads threads)
+    : pool_(threads.count), ctx_{pool_, blas(), scratch_, queue_} {
   const auto [model, vendor] = cpu_model();
   const Blas& b = ctx_.blas;
   info_.name = model;

@@ -26,7 +26,7 @@ class CpuDevice final : public Device {
   explicit CpuDevice(Threads threads);
   DeviceInfo info_;
   HostAllocator allocator_{"cpu:0"};
-  HostQueue queue_;
+  HostQueue queue_{true};  // profiles: the kernels time themselves (CpuKernel)
   ThreadPool pool_;
   ScratchBuffers scratch_;
   Context ctx_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "blas.h"
+#include "tessera/host.h"
 #include "tessera/kernel.h"
 #include "thread_pool.h"
 
@@ -54,11 +55,25 @@ struct Context {
   ThreadPool& pool;
   const Blas& blas;
   ScratchBuffers& scratch;
+  HostQueue& queue;  // the device's: kernels report their time to it while it profiles
 };
 
 // CPU kernels run synchronously on the calling thread (and the pool): the CPU queue has nothing
-// to wait for, so launch() returns with the outputs written.
-using CpuKernel = FunctionKernel<Context>;
+// to wait for, so launch() returns with the outputs written. While the queue profiles, each
+// launch's wall time is recorded under the op's name.
+class CpuKernel final : public Kernel {
+ public:
+  using LaunchFn = void (*)(const OpCall& call, Context& ctx);
+  using SupportFn = Support (*)(const OpCall& call);
+  CpuKernel(Context& ctx, LaunchFn run, SupportFn rule) : ctx_(ctx), launch_(run), rule_(rule) {}
+  Support supports(const OpCall& call) const override { return rule_(call); }
+  void launch(const OpCall& call, Queue&) const override;
+
+ private:
+  Context& ctx_;
+  LaunchFn launch_;
+  SupportFn rule_;
+};
 using KernelFn = CpuKernel::LaunchFn;
 using SupportFn = CpuKernel::SupportFn;
 

@@ -5,6 +5,8 @@
 #include "mock_device.h"
 #include "tessera/dispatch.h"
 #include "tessera/errors.h"
+#include "tessera/host.h"
+#include "tessera/profiler.h"
 
 using namespace tessera;
 using tessera::testing::MockDevice;
@@ -178,4 +180,35 @@ TEST(Dispatch, InPlaceOpsCarryTheirStateToTheFallbackDeviceAndBack) {
   d.run(gpu, call);
   ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(call.out(0).to_vector<float>(), (std::vector<float>{9.5f, 19.0f}));
+}
+
+// Profiling a device whose queue can not time kernels is UnsupportedOperation naming the device;
+// a HostQueue made to time them records what its kernels report while it profiles, and only then.
+TEST(Profiler, RefusesAQueueThatCanNotTimeKernelsAndSumsWhatIsRecorded) {
+  MockDevice dev("mock", 0);
+  try {
+    Profiler prof(dev);
+    ADD_FAILURE() << "a queue without kernel timing profiled";
+  } catch (const UnsupportedOperation& e) {
+    EXPECT_THAT(e.what(), HasSubstr("mock:0"));
+  }
+  HostQueue q(true);
+  q.record("before", 1.0);
+  ASSERT_TRUE(q.start_profiling());
+  q.record("relu", 0.25);
+  q.record("matmul", 1.5);
+  q.record("relu", 0.5);
+  const std::vector<KernelTime> t = q.stop_profiling();
+  q.record("after", 1.0);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].name, "matmul");
+  EXPECT_EQ(t[0].calls, 1);
+  EXPECT_DOUBLE_EQ(t[0].seconds, 1.5);
+  EXPECT_EQ(t[1].name, "relu");
+  EXPECT_EQ(t[1].calls, 2);
+  EXPECT_DOUBLE_EQ(t[1].seconds, 0.75);
+  EXPECT_TRUE(q.stop_profiling().empty());
+  const std::string table = format_kernel_times(t);
+  EXPECT_THAT(table, HasSubstr("matmul"));
+  EXPECT_THAT(table, HasSubstr("66.7%"));
 }

@@ -2,9 +2,14 @@
 // plugin, test doubles, simple out-of-tree plugins).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "tessera/allocator.h"
 #include "tessera/queue.h"
@@ -40,14 +45,29 @@ class HostAllocator final : public Allocator {
   std::string device_id_;
 };
 
-// A synchronous queue over host-visible buffers: every call completes before it returns.
+// A synchronous queue over host-visible buffers: every call completes before it returns. Made
+// with |times_kernels|, it profiles (tessera/profiler.h): while profiling() is on, the plugin's
+// kernels, which run synchronously, report their wall time through record() (the cpu plugin's
+// do, per op). Without, start_profiling() says it can not.
 class HostQueue final : public Queue {
  public:
+  explicit HostQueue(bool times_kernels = false) : times_kernels_(times_kernels) {}
   void write(Buffer& dst, std::size_t offset, const void* src, std::size_t bytes) override;
   void read(const Buffer& src, std::size_t offset, void* dst, std::size_t bytes) override;
   void copy(const Buffer& src, std::size_t src_offset, Buffer& dst, std::size_t dst_offset,
             std::size_t bytes) override;
   void synchronize() override {}
+  bool start_profiling() override;
+  std::vector<KernelTime> stop_profiling() override;
+  bool profiling() const { return profiling_.load(std::memory_order_relaxed); }
+  // Adds one launch of |name| that took |seconds|. Thread-safe.
+  void record(std::string_view name, double seconds);
+
+ private:
+  bool times_kernels_;
+  std::atomic<bool> profiling_{false};
+  std::mutex mu_;
+  std::map<std::string, KernelTime, std::less<>> times_;
 };
 
 }  // namespace tessera

@@ -6,9 +6,10 @@
 //   const auto times = prof.stop();        // waits for that work; the longest total first
 //   std::cout << tessera::format_kernel_times(times);
 //
-// Only the GPU plugins time kernels (docs/performance.md says how each measures); the cpu plugin
-// has no kernels to time and Profiler's constructor throws UnsupportedOperation for it. One
-// Profiler per device at a time: a second one restarts the recording.
+// The built-in plugins all time their kernels (docs/performance.md says how each measures: the
+// GPU plugins on the device, the cpu plugin each op's wall time); a device whose queue can not,
+// an out-of-tree plugin's, makes Profiler's constructor throw UnsupportedOperation. One Profiler
+// per device at a time: a second one restarts the recording.
 #pragma once
 
 #include <span>

@@ -12,7 +12,7 @@ namespace tessera {
 
 // The device time of one kernel, summed over its launches (tessera/profiler.h).
 struct KernelTime {
-  std::string name;        // the kernel: a portable kernel's NAME.tk stem, or a plugin's own
+  std::string name;        // the kernel: a portable kernel's NAME.tk stem (GPUs), an op (cpu)
   std::int64_t calls = 0;  // launches recorded
   double seconds = 0;      // device time, all launches together
 };
