@@ -56,6 +56,35 @@ TEST(TesseraBench, OpCasesRunAtATinySizeBesidePyTorch) {
   EXPECT_EQ(run("", std::string(BENCH_BIN) + " --cases attention --op-size huge").code, 2);
 }
 
+// --profile: each result carries its kernels (name, launches and seconds per call), on the cpu
+// plugin (each op timed) and on a GPU plugin (lavapipe here: timed on the device); the table goes
+// to stderr.
+TEST(TesseraBench, ProfileAddsEachCasesKernels) {
+  const Result r = run("", std::string(BENCH_BIN) +
+                               " --devices cpu:0,vulkan:0 --cases bmm,sgemm --sizes 64 --op-size "
+                               "tiny --repeat 1 --profile --torch-python " +
+                               peer_python());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("device time of"), std::string::npos) << r.err;
+  const json j = json::parse(r.out);
+  int profiled = 0;
+  for (const json& res : j["results"]) {
+    SCOPED_TRACE(res.dump());
+    ASSERT_TRUE(res.contains("kernels"));
+    const json& k = res["kernels"];
+    ASSERT_TRUE(k.is_array());
+    ASSERT_FALSE(k.empty());
+    const std::string kernel = k[0]["kernel"];
+    // sgemm and bmm are one kernel per call: the op on cpu:0, the portable GEMM on vulkan:0.
+    EXPECT_EQ(kernel,
+              res["device"] == "cpu:0" ? (res["case"] == "bmm" ? "bmm" : "matmul") : "gemm");
+    EXPECT_DOUBLE_EQ(k[0]["launches"].get<double>(), 1.0);
+    EXPECT_GT(k[0]["seconds"].get<double>(), 0.0);
+    ++profiled;
+  }
+  EXPECT_EQ(profiled, 4);
+}
+
 // A peer that can not run is an error in each result, not a failed benchmark.
 TEST(TesseraBench, OpCasesReportAPeerThatCanNotRun) {
   const Result r = run("TESSERA_DISABLE_PLUGINS=opencl,vulkan",
