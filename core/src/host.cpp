@@ -76,22 +76,13 @@ bool HostQueue::start_profiling() {
 std::vector<KernelTime> HostQueue::stop_profiling() {
   std::lock_guard lock(mu_);
   profiling_ = false;
-  std::vector<KernelTime> out;
-  for (auto& [name, t] : times_) out.push_back(std::move(t));
-  times_.clear();
-  std::sort(out.begin(), out.end(),
-            [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
-  return out;
+  return times_.take();
 }
 
 void HostQueue::record(std::string_view name, double seconds) {
   std::lock_guard lock(mu_);
   if (!profiling_) return;
-  auto it = times_.find(name);
-  if (it == times_.end())
-    it = times_.emplace(std::string(name), KernelTime{std::string(name)}).first;
-  it->second.calls += 1;
-  it->second.seconds += seconds;
+  times_.add(name, seconds);
 }
 
 }  // namespace tessera

@@ -1,5 +1,7 @@
 #include "tessera/profiler.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "tessera/errors.h"
@@ -25,6 +27,23 @@ std::vector<KernelTime> Profiler::stop() {
   if (!running_) throw Error("Profiler::stop() was called twice");
   running_ = false;
   return device_->queue().stop_profiling();
+}
+
+void KernelTimes::add(std::string_view name, double seconds) {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end())
+    it = by_name_.emplace(std::string(name), KernelTime{std::string(name)}).first;
+  it->second.calls += 1;
+  it->second.seconds += seconds;
+}
+
+std::vector<KernelTime> KernelTimes::take() {
+  std::vector<KernelTime> out;
+  for (auto& [name, t] : by_name_) out.push_back(std::move(t));
+  by_name_.clear();
+  std::sort(out.begin(), out.end(),
+            [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
+  return out;
 }
 
 std::string format_kernel_times(std::span<const KernelTime> times) {

@@ -89,7 +89,7 @@ class OpenclQueue final : public Queue {
   std::size_t held_bytes_ = 0;
   std::atomic<bool> profiling_{false};
   std::deque<std::pair<std::string, cl_event>> timed_;  // kernels not yet in times_
-  std::map<std::string, KernelTime, std::less<>> times_;
+  KernelTimes times_;
 };
 
 // One cl_mem. |host| is set when the memory is the host's own (CL_MEM_USE_HOST_PTR on a device

@@ -152,10 +152,7 @@ void OpenclQueue::collect_timed(bool wait) {
         clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr) ==
             CL_SUCCESS &&
         end >= start) {
-      auto it = times_.find(name);
-      if (it == times_.end()) it = times_.emplace(name, KernelTime{name}).first;
-      it->second.calls += 1;
-      it->second.seconds += static_cast<double>(end - start) * 1e-9;
+      times_.add(name, static_cast<double>(end - start) * 1e-9);
     }
     clReleaseEvent(e);
     timed_.pop_front();
@@ -176,12 +173,7 @@ std::vector<KernelTime> OpenclQueue::stop_profiling() {
   synchronize();
   std::lock_guard lock(mu_);
   collect_timed(true);
-  std::vector<KernelTime> out;
-  for (auto& [name, t] : times_) out.push_back(std::move(t));
-  times_.clear();
-  std::sort(out.begin(), out.end(),
-            [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
-  return out;
+  return times_.take();
 }
 
 }  // namespace tessera::opencl

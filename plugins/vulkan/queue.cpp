@@ -115,10 +115,7 @@ void VulkanQueue::collect(Batch& b) {
     const std::uint64_t mask = bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
     const double period = static_cast<double>(dev_.properties().limits.timestampPeriod) * 1e-9;
     for (std::size_t i = 0; i < b.names.size(); ++i) {
-      auto it = times_.find(b.names[i]);
-      if (it == times_.end()) it = times_.emplace(b.names[i], KernelTime{b.names[i]}).first;
-      it->second.calls += 1;
-      it->second.seconds += static_cast<double>((ts[i + 1] - ts[i]) & mask) * period;
+      times_.add(b.names[i], static_cast<double>((ts[i + 1] - ts[i]) & mask) * period);
     }
   }
   b.names.clear();
@@ -137,12 +134,7 @@ std::vector<KernelTime> VulkanQueue::stop_profiling() {
   std::lock_guard lock(mu_);
   wait_all();
   profiling_ = false;
-  std::vector<KernelTime> out;
-  for (auto& [name, t] : times_) out.push_back(std::move(t));
-  times_.clear();
-  std::sort(out.begin(), out.end(),
-            [](const KernelTime& a, const KernelTime& b) { return a.seconds > b.seconds; });
-  return out;
+  return times_.take();
 }
 
 void VulkanQueue::hazard(std::span<const Access> accesses) {

@@ -172,7 +172,7 @@ class VulkanQueue final : public Queue {
   std::vector<std::unique_ptr<Batch>> spare_;
   std::vector<Access> pending_;  // accesses since the last barrier
   bool profiling_ = false;
-  std::map<std::string, KernelTime, std::less<>> times_;
+  KernelTimes times_;
 };
 
 // Shader modules and compute pipelines, created on first use and kept; the VkPipelineCache is

@@ -67,7 +67,7 @@ class HostQueue final : public Queue {
   bool times_kernels_;
   std::atomic<bool> profiling_{false};
   std::mutex mu_;
-  std::map<std::string, KernelTime, std::less<>> times_;
+  KernelTimes times_;
 };
 
 }  // namespace tessera

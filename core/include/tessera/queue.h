@@ -3,7 +3,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/buffer.h"
@@ -15,6 +17,18 @@ struct KernelTime {
   std::string name;        // the kernel: a portable kernel's NAME.tk stem (GPUs), an op (cpu)
   std::int64_t calls = 0;  // launches recorded
   double seconds = 0;      // device time, all launches together
+};
+
+// Kernel times summed per name, for a queue that profiles: add() each launch; take() returns the
+// sums, the longest total first, and leaves it empty. Not thread-safe (the queue's lock guards it).
+class KernelTimes {
+ public:
+  void add(std::string_view name, double seconds);
+  std::vector<KernelTime> take();
+  void clear() { by_name_.clear(); }
+
+ private:
+  std::map<std::string, KernelTime, std::less<>> by_name_;
 };
 
 // Every operation is ordered after all work enqueued earlier on the same queue. Only read() and
