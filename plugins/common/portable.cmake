@@ -61,9 +61,9 @@ set(TESSERA_PORTABLE_PRELUDE
 
 # The definitions the build gives kernel |k| (kernels/README.md, "What the build defines"), by
 # what its text names: TK_BYTES for byte access (LDB/STB), TK_SHM4 for 4-float shared access
-# (SHM4), TK_READONLY_<b> for each binding b of a line "// tk-readonly: 0 1" and TK_WRITEONLY_<b>
-# for "// tk-writeonly: 2". Both plugins take them from here: Vulkan in the wrapper it compiles,
-# OpenCL from NAME.tk.defs embedded beside the text.
+# (SHM4), and for each binding b TK_MODE_<b>: RO where a line "// tk-readonly: 0 1" names it (and
+# TK_READONLY_<b>), WO where "// tk-writeonly: 2" does, else RW. Both plugins take them from here:
+# Vulkan in the wrapper it compiles, OpenCL from NAME.tk.defs embedded beside the text.
 function(tessera_portable_defines k out)
   set(tk ${TESSERA_PORTABLE_DIR}/kernels/${k}.tk)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${tk})
@@ -75,13 +75,20 @@ function(tessera_portable_defines k out)
   if(text MATCHES "SHM4\\(")
     string(APPEND defs "#define TK_SHM4\n")
   endif()
+  set(readonly "")
+  set(writeonly "")
   foreach(access readonly writeonly)
     if(text MATCHES "// tk-${access}:([0-9 ]+)")
-      string(REGEX MATCHALL "[0-9]+" bindings "${CMAKE_MATCH_1}")
-      string(TOUPPER ${access} ACCESS)
-      foreach(b IN LISTS bindings)
-        string(APPEND defs "#define TK_${ACCESS}_${b}\n")
-      endforeach()
+      string(REGEX MATCHALL "[0-9]+" ${access} "${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  foreach(b RANGE 7)
+    if(b IN_LIST readonly)
+      string(APPEND defs "#define TK_READONLY_${b}\n#define TK_MODE_${b} RO\n")
+    elseif(b IN_LIST writeonly)
+      string(APPEND defs "#define TK_MODE_${b} WO\n")
+    else()
+      string(APPEND defs "#define TK_MODE_${b} RW\n")
     endif()
   endforeach()
   set(${out} "${defs}" PARENT_SCOPE)

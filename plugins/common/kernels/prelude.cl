@@ -24,68 +24,19 @@ typedef struct {
 #else
 #define TK_SHM_ARG __local float *tk_shm
 #endif
-// A binding the kernel declares read-only ("// tk-readonly:", TK_READONLY_<k>) is const restrict:
+// A binding the kernel declares read-only ("// tk-readonly:", TK_MODE_<k> RO) is const restrict:
 // the kernel never writes it, and its launch binds no tensor that another binding writes. One
-// declared write-only ("// tk-writeonly:") is restrict: no other binding of the launch overlaps it.
-#if defined(TK_READONLY_0)
-#define TK_PTR_0 __global const float *restrict
-#elif defined(TK_WRITEONLY_0)
-#define TK_PTR_0 __global float *restrict
-#else
-#define TK_PTR_0 __global float *
-#endif
-#if defined(TK_READONLY_1)
-#define TK_PTR_1 __global const float *restrict
-#elif defined(TK_WRITEONLY_1)
-#define TK_PTR_1 __global float *restrict
-#else
-#define TK_PTR_1 __global float *
-#endif
-#if defined(TK_READONLY_2)
-#define TK_PTR_2 __global const float *restrict
-#elif defined(TK_WRITEONLY_2)
-#define TK_PTR_2 __global float *restrict
-#else
-#define TK_PTR_2 __global float *
-#endif
-#if defined(TK_READONLY_3)
-#define TK_PTR_3 __global const float *restrict
-#elif defined(TK_WRITEONLY_3)
-#define TK_PTR_3 __global float *restrict
-#else
-#define TK_PTR_3 __global float *
-#endif
-#if defined(TK_READONLY_4)
-#define TK_PTR_4 __global const float *restrict
-#elif defined(TK_WRITEONLY_4)
-#define TK_PTR_4 __global float *restrict
-#else
-#define TK_PTR_4 __global float *
-#endif
-#if defined(TK_READONLY_5)
-#define TK_PTR_5 __global const float *restrict
-#elif defined(TK_WRITEONLY_5)
-#define TK_PTR_5 __global float *restrict
-#else
-#define TK_PTR_5 __global float *
-#endif
-#if defined(TK_READONLY_6)
-#define TK_PTR_6 __global const float *restrict
-#elif defined(TK_WRITEONLY_6)
-#define TK_PTR_6 __global float *restrict
-#else
-#define TK_PTR_6 __global float *
-#endif
-#if defined(TK_READONLY_7)
-#define TK_PTR_7 __global const float *restrict
-#elif defined(TK_WRITEONLY_7)
-#define TK_PTR_7 __global float *restrict
-#else
-#define TK_PTR_7 __global float *
-#endif
+// declared write-only ("// tk-writeonly:", WO) is restrict: no other binding of the launch
+// overlaps it.
+#define TK_PTR_RW __global float *
+#define TK_PTR_RO __global const float *restrict
+#define TK_PTR_WO __global float *restrict
+#define TK_PASTE(a, b) a##b
+#define TK_PTR_OF(mode) TK_PASTE(TK_PTR_, mode)
+#define TK_PTR(k) TK_PTR_OF(TK_MODE_##k)
 #define TK_ARGS                                                                                 \
-  TK_PTR_0 t0, TK_PTR_1 t1, TK_PTR_2 t2, TK_PTR_3 t3, TK_PTR_4 t4, TK_PTR_5 t5, TK_PTR_6 t6,    \
-      TK_PTR_7 t7, const TkParams tk_p, TK_SHM_ARG
+  TK_PTR(0) t0, TK_PTR(1) t1, TK_PTR(2) t2, TK_PTR(3) t3, TK_PTR(4) t4, TK_PTR(5) t5,           \
+      TK_PTR(6) t6, TK_PTR(7) t7, const TkParams tk_p, TK_SHM_ARG
 #define TK_PASS t0, t1, t2, t3, t4, t5, t6, t7, tk_p, tk_shm
 
 #define P(i) tk_p.w[9 + (i)]

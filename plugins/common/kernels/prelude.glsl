@@ -35,68 +35,17 @@ shared float tk_shm[TK_SHM];
 #else
 #define TK_BYTE_VIEW(k)
 #endif
-#if defined(TK_READONLY_0)
-#define TK_ACCESS_0 readonly restrict
-#elif defined(TK_WRITEONLY_0)
-#define TK_ACCESS_0 writeonly restrict
-#else
-#define TK_ACCESS_0
-#endif
-#if defined(TK_READONLY_1)
-#define TK_ACCESS_1 readonly restrict
-#elif defined(TK_WRITEONLY_1)
-#define TK_ACCESS_1 writeonly restrict
-#else
-#define TK_ACCESS_1
-#endif
-#if defined(TK_READONLY_2)
-#define TK_ACCESS_2 readonly restrict
-#elif defined(TK_WRITEONLY_2)
-#define TK_ACCESS_2 writeonly restrict
-#else
-#define TK_ACCESS_2
-#endif
-#if defined(TK_READONLY_3)
-#define TK_ACCESS_3 readonly restrict
-#elif defined(TK_WRITEONLY_3)
-#define TK_ACCESS_3 writeonly restrict
-#else
-#define TK_ACCESS_3
-#endif
-#if defined(TK_READONLY_4)
-#define TK_ACCESS_4 readonly restrict
-#elif defined(TK_WRITEONLY_4)
-#define TK_ACCESS_4 writeonly restrict
-#else
-#define TK_ACCESS_4
-#endif
-#if defined(TK_READONLY_5)
-#define TK_ACCESS_5 readonly restrict
-#elif defined(TK_WRITEONLY_5)
-#define TK_ACCESS_5 writeonly restrict
-#else
-#define TK_ACCESS_5
-#endif
-#if defined(TK_READONLY_6)
-#define TK_ACCESS_6 readonly restrict
-#elif defined(TK_WRITEONLY_6)
-#define TK_ACCESS_6 writeonly restrict
-#else
-#define TK_ACCESS_6
-#endif
-#if defined(TK_READONLY_7)
-#define TK_ACCESS_7 readonly restrict
-#elif defined(TK_WRITEONLY_7)
-#define TK_ACCESS_7 writeonly restrict
-#else
-#define TK_ACCESS_7
-#endif
-// A binding the kernel declares read-only ("// tk-readonly:", TK_READONLY_<k>) is readonly and
+// A binding the kernel declares read-only ("// tk-readonly:", TK_MODE_<k> RO) is readonly and
 // restrict: the kernel never writes it, and its launch binds no tensor that another binding
-// writes. One declared write-only ("// tk-writeonly:") is writeonly and restrict: never read, and
-// no other binding of the launch overlaps it. NVIDIA's Vulkan compiler needs them to keep loads
-// in flight across stores (docs/performance.md); OpenCL is told the same (prelude.cl).
-#define TK_ACCESS(k) TK_ACCESS_##k
+// writes. One declared write-only ("// tk-writeonly:", WO) is writeonly and restrict: never read,
+// and no other binding of the launch overlaps it. NVIDIA's Vulkan compiler needs them to keep
+// loads in flight across stores (docs/performance.md); OpenCL is told the same (prelude.cl).
+#define TK_ACCESS_RW
+#define TK_ACCESS_RO readonly restrict
+#define TK_ACCESS_WO writeonly restrict
+#define TK_PASTE(a, b) a##b
+#define TK_ACCESS_OF(mode) TK_PASTE(TK_ACCESS_, mode)
+#define TK_ACCESS(k) TK_ACCESS_OF(TK_MODE_##k)
 #define TK_BUFFER(k)                                                      \
   layout(binding = k) TK_ACCESS(k) buffer TkF##k { float v[]; } tk_f##k;  \
   layout(binding = k) TK_ACCESS(k) buffer TkV##k { vec4 v[]; } tk_v##k;   \
