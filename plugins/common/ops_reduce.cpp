@@ -3,6 +3,7 @@
 // kernel file serves several ops through its V0; every launch binds as many tensors as the file's
 // kernel names (padding with one it already has), so that no statically used binding is left
 // unwritten.
+#include <algorithm>
 #include <cmath>
 
 #include "geometry.h"
@@ -141,50 +142,59 @@ Nchw nchw_of(const Shape& sh) {
   return r;
 }
 
+// How batch_norm and its backward split a channel's N * S elements: parts of at least 1024, enough
+// for two work-groups per compute unit over all channels, and never more than N * S / 2 (the
+// parts' sums are kept in the output tensor until they are added).
+struct BnParts {
+  std::int64_t parts, length;
+};
+BnParts bn_parts(const GpuTraits& traits, const Nchw& d) {
+  const std::int64_t count = d.n * d.s;
+  const std::int64_t want = traits.compute_units > 0 ? 2 * traits.compute_units : 8;
+  const std::int64_t parts = std::clamp<std::int64_t>(
+      (want + d.c - 1) / d.c, 1, std::max<std::int64_t>(1, std::min(count / 1024, count / 2)));
+  const std::int64_t length = (count + parts - 1) / parts;
+  return {length > 0 ? (count + length - 1) / length : 1, std::max<std::int64_t>(length, 1)};
+}
+
+// (x, weight, bias, running_mean, running_var) -> (y, save_mean, save_invstd, running_mean,
+// running_var): partial sums per part of a channel, the statistics per channel, then y per
+// element (kernels/batch_norm.tk); eval skips the sums.
 void batch_norm(const OpCall& call, Launcher& l) {
   const auto& at = call.attr<BatchNormAttrs>();
   const Nchw d = nchw_of(call.in(0).shape());
   if (d.c == 0) return;
-  Launch(l, "batch_norm", {at.training ? 0 : 1})
-      .in(call.in(0))
-      .in(call.in(1))
-      .in(call.in(2))
-      .out(call.out(0))
-      .out(call.out(1))
-      .out(call.out(2))
-      .out(call.out(3))
-      .out(call.out(4))
-      .i(d.n)
-      .i(d.c)
-      .i(d.s)
-      .f(at.momentum)
-      .f(at.eps)
-      .shared(2 * kGroup)
-      .group(kGroup)
-      .groups(d.c);
+  const BnParts p = bn_parts(l.traits(), d);
+  auto launch = [&](int mode) {
+    Launch b(l, "batch_norm", {mode});
+    b.in(call.in(0)).in(call.in(1)).in(call.in(2));
+    for (int i = 0; i < 5; ++i) b.out(call.out(i));
+    b.i(d.n).i(d.c).i(d.s).f(at.momentum).f(at.eps).i(p.parts).i(p.length);
+    return b;
+  };
+  if (at.training) launch(0).shared(2 * kGroup).group(kGroup).groups(d.c * p.parts);
+  launch(at.training ? 1 : 2).run(d.c);
+  launch(3).run(call.out(0).numel());
 }
 
-// (grad, x, weight, save_mean, save_invstd) -> (grad_x, grad_weight, grad_bias): one work-group
-// per channel reduces the channel's sums and writes its grad_x (kernels/batch_norm_backward.tk).
+// (grad, x, weight, save_mean, save_invstd) -> (grad_x, grad_weight, grad_bias): partial sums per
+// part of a channel, their sums per channel, then grad_x per element
+// (kernels/batch_norm_backward.tk).
 void batch_norm_backward(const OpCall& call, Launcher& l) {
   const auto& at = call.attr<BatchNormAttrs>();
   const Nchw d = nchw_of(call.in(1).shape());
   if (d.c == 0) return;
-  Launch(l, "batch_norm_backward", {at.training ? 0 : 1})
-      .in(call.in(0))
-      .in(call.in(1))
-      .in(call.in(2))
-      .in(call.in(3))
-      .in(call.in(4))
-      .out(call.out(0))
-      .out(call.out(1))
-      .out(call.out(2))
-      .i(d.n)
-      .i(d.c)
-      .i(d.s)
-      .shared(2 * kGroup)
-      .group(kGroup)
-      .groups(d.c);
+  const BnParts p = bn_parts(l.traits(), d);
+  auto launch = [&](int mode) {
+    Launch b(l, "batch_norm_backward", {mode});
+    for (int i = 0; i < 5; ++i) b.in(call.in(i));
+    for (int i = 0; i < 3; ++i) b.out(call.out(i));
+    b.i(d.n).i(d.c).i(d.s).i(p.parts).i(p.length);
+    return b;
+  };
+  launch(0).shared(2 * kGroup).group(kGroup).groups(d.c * p.parts);
+  if (p.parts > 1) launch(1).run(d.c);
+  launch(at.training ? 2 : 3).run(call.out(0).numel());
 }
 
 // Per-row losses (or, for the backward, counts) of cross_entropy into |scratch| [2 rows], then
