@@ -11,6 +11,7 @@ void add_base_ops(PortableOps& ops);
 
 // --- GEMM: matmul, addmm, bmm (ops_gemm.cpp, kernels/gemm.tk) ---
 struct BatchDims;
+struct Conv;
 
 // One GEMM's tiles: a TM x TN tile of C per work-group, K in slices of TK, a WM x WN block per
 // invocation, one or two shared-memory buffers.
@@ -34,7 +35,34 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
           bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
           const BatchDims& g);
 
+// The convolutions as implicit GEMMs (kernels/gemm.tk, MODE 1-3): [m, n] outputs of depth k per
+// conv group. |mode| 1 forward (m out channels, n batch * output pixels, k in channels * taps),
+// 2 input gradient (m in channels, n batch * input pixels, k out channels * taps), 3 weight
+// gradient (m out channels, n in channels * taps, k batch * output pixels).
+struct ConvGemm {
+  std::int64_t m, n, k;
+};
+ConvGemm conv_gemm_shape(const Conv& g, int mode);
+
+// The tiles of conv_gemm's [m, n] outputs, |count| of them: as gemm_tiles, with TM fitted to the
+// channels.
+GemmTiles conv_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, std::int64_t count);
+
+// One convolution pass as an implicit GEMM: |mode| 1 (a w, b x, out y), 2 (a w, b gy, out dx),
+// 3 (a gy, b x, out dw). Contiguous tensors whose element counts fit 32 bits (gpu_supports);
+// the weight gradient splits its long K over the compute units, adding the parts in a fixed
+// order (the same bits on every run).
+void conv_gemm(Launcher& l, const Conv& g, int mode, const Tensor& a, const Tensor& b,
+               const Tensor& out);
+
 void add_gemm_ops(PortableOps& ops);
+
+// y = scale * the sums of the lines of x, a contiguous [outer, n, inner], over n
+// (kernels/reduce.tk; ops_base.cpp): one invocation per line where there are lines enough for the
+// device, else each line in parts whose sums are added in a second pass, in a fixed order (the same
+// bits on every run). x and y must not overlap.
+void sum_lines(Launcher& l, const Tensor& x, const Tensor& y, std::int64_t outer, std::int64_t n,
+               std::int64_t inner, float scale);
 
 // --- tensor API: casts, factories, indexing ---
 void add_tensor_ops(PortableOps& ops);

@@ -1,4 +1,6 @@
 // Launch geometry of the first ops, moved into the portable layer from both GPU plugins.
+#include <algorithm>
+
 #include "geometry.h"
 #include "ops.h"
 
@@ -82,6 +84,44 @@ std::int32_t reduce_group(const Launcher& l) {
   return g;
 }
 
+}  // namespace
+
+void sum_lines(Launcher& l, const Tensor& x, const Tensor& y, std::int64_t outer, std::int64_t n,
+               std::int64_t inner, float scale) {
+  // Lines enough to fill the device (2048 invocations per compute unit) run one invocation each;
+  // fewer, long ones are split in parts of at least 64 (a column sum of [16384, 384] in 176
+  // parts on an H100), summed again over the parts.
+  const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
+  const std::int64_t lines = outer * inner;
+  const std::int64_t parts =
+      lines > 0 ? std::clamp<std::int64_t>(units * 2048 / lines, 1, n / 64) : 1;
+  auto launch = [&](const Tensor& from, const Tensor& to, std::int64_t length, std::int64_t count,
+                    std::int64_t chunk, float s) {
+    Launch(l, "reduce", {0})
+        .in(from)
+        .out(to)
+        .in(from)
+        .i(outer)
+        .i(length)
+        .i(inner)
+        .f(s)
+        .i(count)
+        .i(chunk)
+        .run(outer * count * inner);
+  };
+  if (parts <= 1) {
+    launch(x, y, n, 1, n, scale);
+    return;
+  }
+  const std::int64_t chunk = (n + parts - 1) / parts;
+  const std::int64_t used = (n + chunk - 1) / chunk;
+  const Tensor partial = Tensor::empty({outer, used, inner}, DType::f32, &l.device());
+  launch(x, partial, n, used, chunk, 1.0f);
+  launch(partial, y, used, 1, used, scale);
+}
+
+namespace {
+
 // kOp: the V0 of kernels/reduce.tk.
 template <int kOp>
 void lines(const OpCall& call, Launcher& l) {
@@ -93,6 +133,10 @@ void lines(const OpCall& call, Launcher& l) {
   if (kOp == 0 && group_per_row(sp)) {
     const std::int32_t g = reduce_group(l);
     Launch(l, "sum_rows").in(x).out(y).i(sp.n).f(scale).shared(g).group(g).groups(sp.outer);
+    return;
+  }
+  if (kOp == 0) {
+    sum_lines(l, x, y, sp.outer, sp.n, sp.inner, scale);
     return;
   }
   Launch(l, "reduce", {kOp})

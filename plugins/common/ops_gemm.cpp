@@ -1,5 +1,7 @@
-// Launch geometry of the GEMM (kernels/gemm.tk) for matmul, addmm and bmm: the tiles are chosen
-// per problem, so that a small output still has work-groups for every compute unit.
+// Launch geometry of the GEMM (kernels/gemm.tk) for matmul, addmm and bmm, and for the
+// convolutions as implicit GEMMs: the tiles are chosen per problem, so that a small output still
+// has work-groups for every compute unit.
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <optional>
@@ -16,7 +18,12 @@
 namespace tessera::common {
 namespace {
 
-constexpr int kFlagTransA = 1, kFlagTransB = 2, kFlagVec = 4, kFlagBias = 8, kFlagTwoBuffers = 16;
+constexpr int kFlagTransA = 1, kFlagTransB = 2, kFlagVec = 4, kFlagBias = 8, kFlagTwoBuffers = 16,
+              kModeShift = 5, kFlagUnitStride = 128;
+
+// The GPU tile sets, largest first (docs/performance.md has the sweep that chose them).
+constexpr GemmTiles kGpuTiles[] = {
+    {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 8, 2}, {64, 64, 16, 8, 8, 2}, {32, 32, 16, 4, 4, 1}};
 
 // Why |t| can not run on a device with |traits|, or empty.
 std::string unfit(const GemmTiles& t, const GpuTraits& traits) {
@@ -83,12 +90,8 @@ GemmTiles gemm_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, st
   if (traits.is_cpu) return {64, 64, 16, 8, 8, 1};
   // Largest first; the first that gives every compute unit a work-group, else the one that
   // gives the most work-groups.
-  static constexpr GemmTiles kGpu[] = {{128, 128, 16, 8, 8, 2},
-                                       {128, 64, 16, 8, 8, 2},
-                                       {64, 64, 16, 8, 8, 2},
-                                       {32, 32, 16, 4, 4, 1}};
   const GemmTiles* best = nullptr;
-  for (const GemmTiles& t : kGpu) {
+  for (const GemmTiles& t : kGpuTiles) {
     if (!unfit(t, traits).empty()) continue;
     best = &t;
     const std::int64_t groups = batch * ((m + t.tm - 1) / t.tm) * ((n + t.tn - 1) / t.tn);
@@ -102,7 +105,24 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
           bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
           const BatchDims& g) {
   if (m == 0 || n == 0 || g.count == 0) return;
-  const GemmTiles t = gemm_tiles(l.traits(), m, n, g.count);
+  GemmTiles t = gemm_tiles(l.traits(), m, n, g.count);
+  // A small output with a long K (a weight gradient: K is the batch's tokens) leaves compute
+  // units idle with any tiles: K is split in parts of at least 1024, on GPUs with the largest
+  // tiles, their sums added afterwards in a fixed order.
+  std::int64_t parts = 1, per = k;
+  const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
+  if (k >= 2048) {
+    GemmTiles big = t;
+    if (!tiles_from_environment() && !l.traits().is_cpu && unfit(kGpuTiles[0], l.traits()).empty())
+      big = kGpuTiles[0];
+    const std::int64_t groups = g.count * ((m + big.tm - 1) / big.tm) * ((n + big.tn - 1) / big.tn);
+    const std::int64_t want = std::min((units + groups - 1) / groups, k / 1024);
+    if (groups < units && want > 1) {
+      t = big;
+      per = ((k + want - 1) / want + t.tk - 1) / t.tk * t.tk;
+      parts = (k + per - 1) / per;
+    }
+  }
   bool vec = multiples_of_4({m, n, k, a.offset(), b.offset(), c.offset()}) &&
              (!bias || bias->offset() % 4 == 0);
   for (int d = 0; d < g.rank; ++d) vec = vec && g.stride_a[d] % 4 == 0 && g.stride_b[d] % 4 == 0;
@@ -110,15 +130,83 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
                     (vec ? kFlagVec : 0) | (bias ? kFlagBias : 0) |
                     (t.buffers == 2 ? kFlagTwoBuffers : 0);
   const std::int64_t across = (n + t.tn - 1) / t.tn, tiles = across * ((m + t.tm - 1) / t.tm);
+  const std::int64_t count = g.count * m * n;
+  const Tensor partial =
+      parts > 1 ? Tensor::empty({parts, count}, DType::f32, &l.device()) : Tensor();
   Launch launch(l, "gemm", {t.tm, t.tn, t.wm | t.wn << 4 | t.tk << 8, flags});
-  launch.in(a).in(b).out(c).in(bias ? *bias : a);  // binding 3 unread without a bias
+  launch.in(a).in(b).out(parts > 1 ? partial : c).in(bias ? *bias : a);  // 3 unread: no bias
   launch.i(m).i(n).i(k).i(across).i(tiles).i(g.rank);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.shape[d] : 1);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_a[d] : 0);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_b[d] : 0);
+  launch.i(g.count).i(0).i(0).i(per);
   launch.shared(static_cast<std::int32_t>(t.shared_floats()))
       .group(static_cast<std::int32_t>(t.threads()))
-      .groups(g.count * tiles);
+      .groups(parts * g.count * tiles);
+  if (parts > 1) sum_lines(l, partial, c, 1, parts, count, 1.0f);
+}
+
+ConvGemm conv_gemm_shape(const Conv& g, int mode) {
+  const std::int64_t cg = g.c / g.groups, og = g.o / g.groups, taps = std::int64_t{g.kh} * g.kw;
+  const std::int64_t out = std::int64_t{g.n} * g.ho * g.wo, in = std::int64_t{g.n} * g.h * g.w;
+  switch (mode) {
+    case 1:
+      return {og, out, cg * taps};
+    case 2:
+      return {cg, in, og * taps};
+    default:
+      return {og, cg * taps, out};
+  }
+}
+
+GemmTiles conv_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, std::int64_t count) {
+  // The channels of a group are the short side (16 to 64 in a ResNet-20): up to 64 of them take
+  // 32 x 128 tiles, the fastest of six sets on the H100 for ResNet-20's training step (3.9 ms of
+  // GEMM a step, against 4.9 with 64 x 128 and 7.8 with 16 x 128; docs/performance.md). More
+  // channels, CPU drivers and a forced set take the GEMM's choice.
+  constexpr GemmTiles kConv{32, 128, 16, 4, 8, 2};
+  if (tiles_from_environment() || traits.is_cpu || m > 64 || !unfit(kConv, traits).empty())
+    return gemm_tiles(traits, m, n, count);
+  return kConv;
+}
+
+void conv_gemm(Launcher& l, const Conv& g, int mode, const Tensor& a, const Tensor& b,
+               const Tensor& out) {
+  const ConvGemm s = conv_gemm_shape(g, mode);
+  if (s.m == 0 || s.n == 0) return;
+  const GemmTiles t = conv_tiles(l.traits(), s.m, s.n, g.groups);
+  const std::int64_t across = (s.n + t.tn - 1) / t.tn, tiles = across * ((s.m + t.tm - 1) / t.tm);
+  // MODE 3 splits K (batch x output pixels, the long side) so that every compute unit has work:
+  // parts of at least 256, their partial sums added afterwards in a fixed order.
+  std::int64_t per = s.k, parts = 1;
+  if (mode == 3 && s.k > 0) {
+    const std::int64_t want = l.traits().compute_units > 0 ? 2 * l.traits().compute_units : 4;
+    parts = std::clamp<std::int64_t>((want + g.groups * tiles - 1) / (g.groups * tiles), 1,
+                                     (s.k + 255) / 256);
+    per = ((s.k + parts - 1) / parts + t.tk - 1) / t.tk * t.tk;
+    parts = (s.k + per - 1) / per;
+  }
+  const std::int64_t plane = std::int64_t{g.ho} * g.wo, iplane = std::int64_t{g.h} * g.w;
+  // 4-float groups: MODE 1 reads w's rows (K of them a multiple of 4) and stores y's planes;
+  // MODE 2 stores dx's planes; MODE 3 reads gy's planes and stores dw's rows (N).
+  bool vec = out.offset() % 4 == 0;
+  if (mode == 1) vec = vec && multiples_of_4({s.k, a.offset(), plane});
+  if (mode == 2) vec = vec && iplane % 4 == 0;
+  if (mode == 3) vec = vec && multiples_of_4({plane, a.offset(), s.n});
+  const int flags = (vec ? kFlagVec : 0) | (t.buffers == 2 ? kFlagTwoBuffers : 0) |
+                    mode << kModeShift |
+                    (mode == 2 && g.sh == 1 && g.sw == 1 ? kFlagUnitStride : 0);
+  // Where K is split, the parts go to a scratch [parts, groups, M, N], then add up into |out|.
+  const Tensor partial =
+      parts > 1 ? Tensor::empty({parts, out.numel()}, DType::f32, &l.device()) : Tensor();
+  const Tensor& dst = parts > 1 ? partial : out;
+  Launch launch(l, "gemm", {t.tm, t.tn, t.wm | t.wn << 4 | t.tk << 8, flags});
+  launch.in(a).in(b).out(dst).in(a);
+  launch.i(s.m).i(s.n).i(s.k).i(across).i(tiles).words(g).i(per);
+  launch.shared(static_cast<std::int32_t>(t.shared_floats()))
+      .group(static_cast<std::int32_t>(t.threads()))
+      .groups(parts * g.groups * tiles);
+  if (parts > 1) sum_lines(l, partial, out, 1, parts, out.numel(), 1.0f);
 }
 
 namespace {

@@ -106,23 +106,35 @@ Support adaptive_supports(const OpCall& call) {
   return gpu_supports(call);
 }
 
-// conv2d (x, w) -> y and conv2d_backward_input (gy, w) -> dx: one invocation per output.
+// conv2d (x, w) -> y, conv2d_backward_input (gy, w) -> dx and conv2d_backward_weight (gy, x) ->
+// dw: an implicit GEMM (ops_gemm.cpp) where the GEMM's M, the channels of a group it produces,
+// is at least kConvGemmRows; else (depthwise and other thin groups, where a tile would be mostly
+// idle) the direct kernels: conv2d.tk, one invocation per output, and conv2d_backward_weight.tk,
+// one work-group per weight.
+constexpr std::int64_t kConvGemmRows = 4;
+
 template <int kMode>
 void conv(const OpCall& call, Launcher& l) {
-  Launch(l, "conv2d", {kMode})
-      .in(call.in(0))
-      .in(call.in(1))
-      .out(call.out(0))
-      .words(common::conv(call))
-      .run(call.out(0).numel());
+  const Conv g = common::conv(call);
+  const Tensor &src = call.in(0), &w = call.in(1), &out = call.out(0);
+  if (conv_gemm_shape(g, kMode + 1).m >= kConvGemmRows) {
+    conv_gemm(l, g, kMode + 1, w, src, out);
+    return;
+  }
+  Launch(l, "conv2d", {kMode}).in(src).in(w).out(out).words(g).run(out.numel());
 }
 
 void conv2d_backward_weight(const OpCall& call, Launcher& l) {
+  const Conv g = common::conv(call);
+  if (conv_gemm_shape(g, 3).m >= kConvGemmRows) {
+    conv_gemm(l, g, 3, call.in(0), call.in(1), call.out(0));
+    return;
+  }
   Launch(l, "conv2d_backward_weight")
       .in(call.in(0))
       .in(call.in(1))
       .out(call.out(0))
-      .words(common::conv(call))
+      .words(g)
       .shared(256)
       .group(256)
       .groups(call.out(0).numel());

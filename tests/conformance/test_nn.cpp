@@ -131,6 +131,14 @@ const ConvGeom kConvs[] = {
     {2, 4, 9, 8, 6, 3, 2, 2, 1, 1, 0, 2, 1, 2},  // 2 groups, dilation 2x1
     {2, 3, 7, 7, 3, 3, 3, 1, 1, 1, 1, 1, 1, 3},  // depthwise 3x3
     {1, 6, 6, 5, 4, 2, 2, 1, 2, 2, 1, 2, 2, 2},  // 2 groups, dilation 2x2, padding
+    // Channels enough for the GPU plugins' implicit GEMM (ops_gemm.cpp): planes not a multiple
+    // of 4; stride 2 with planes that are; groups with dilation; a weight gradient whose long
+    // side (batch x pixels, 1024) is split in parts; a strided 1x1 (a ResNet shortcut).
+    {3, 12, 11, 10, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {2, 16, 12, 12, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1},
+    {2, 16, 9, 9, 16, 3, 3, 1, 1, 2, 2, 2, 2, 2},
+    {4, 8, 16, 16, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {2, 8, 8, 8, 16, 1, 1, 2, 2, 0, 0, 1, 1, 1},
 };
 
 std::string conv_name(const char* op, int i) {
@@ -207,6 +215,7 @@ std::vector<Case> tessera::conformance::nn_op_cases() {
   c.push_back(bmm_case("bmm_odd_127", {2, 127, 3}, {1, 3, 1}, false, false));
   c.push_back(bmm_case("bmm_odd_1025", {1, 1, 1025}, {3, 1025, 3}, false, false));
   c.push_back(bmm_case("bmm_tiles", {2, 65, 33}, {2, 33, 70}, false, false));
+  c.push_back(bmm_case("bmm_long_k", {2, 1, 9, 2050}, {3, 2050, 7}, false, false));
   c.push_back(bmm_case("bmm_empty_batch", {0, 3, 4}, {0, 4, 5}, false, false));
   c.push_back(bmm_case("bmm_empty_inner", {2, 3, 0}, {2, 0, 4}, false, false));
   c.push_back({"bmm_transposed_views", OpId::bmm, [](Device& d) {

@@ -106,13 +106,12 @@ Case binary_case(const std::string& name, OpId op, Tensor (*fn)(const Tensor&, c
           }};
 }
 
-// x of shape [3,7,5] reduced along |axis|.
+// x of shape |dims| ([3,7,5] unless given) reduced along |axis|.
 template <typename F>
-Ref reduce_ref(const Vec& x, int axis, F f) {
-  const std::int64_t dims[3] = {3, 7, 5};
+Ref reduce_ref(const Vec& x, int axis, F f, const Shape& dims = {3, 7, 5}) {
   std::int64_t outer = 1, inner = 1;
   for (int i = 0; i < axis; ++i) outer *= dims[i];
-  for (int i = axis + 1; i < 3; ++i) inner *= dims[i];
+  for (int i = axis + 1; i < dims.rank(); ++i) inner *= dims[i];
   Ref r;
   for (std::int64_t o = 0; o < outer; ++o)
     for (std::int64_t in = 0; in < inner; ++in) {
@@ -135,8 +134,10 @@ std::vector<Case> tessera::conformance::op_cases() {
   };
   // Sizes: odd extents; multiples of 4 (vector paths); taller than wide and large enough that the
   // CPU plugin cuts it into row blocks (the aligned case is cut into column blocks).
+  // A long K under a small output: the GPU plugins split K in parts (ops_gemm.cpp).
   for (const Size sz : {Size{"matmul_", 37, 53, 29}, Size{"matmul_aligned_", 68, 132, 36},
-                        Size{"matmul_tall_", 150, 40, 51}})
+                        Size{"matmul_tall_", 150, 40, 51}, Size{"matmul_long_k_", 37, 21, 4099},
+                        Size{"matmul_long_k_aligned_", 40, 36, 4096}})
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         c.push_back({fmt::format("{}{}{}", sz.prefix, ta ? "T" : "N", tb ? "T" : "N"), OpId::matmul,
@@ -149,7 +150,8 @@ std::vector<Case> tessera::conformance::op_cases() {
                                     ref_matmul(a, b, m, n, k, ta, tb));
                      }});
   // addmm, as a Linear layer calls it (b transposed) and plain, at a size the CPU plugin splits.
-  for (const Size sz : {Size{"addmm_", 37, 53, 29}, Size{"addmm_aligned_", 68, 132, 36}})
+  for (const Size sz : {Size{"addmm_", 37, 53, 29}, Size{"addmm_aligned_", 68, 132, 36},
+                        Size{"addmm_long_k_", 37, 21, 4099}})
     for (bool tb : {false, true})
       c.push_back(
           {fmt::format("{}N{}", sz.prefix, tb ? "T" : "N"), OpId::addmm, [=](Device& d) {
@@ -212,6 +214,25 @@ std::vector<Case> tessera::conformance::op_cases() {
          for (int i = 0; i < 400; ++i) r[i] = x[i] > 0 ? g[i] : 0;
          expect_close(relu_backward(on(d, g, {20, 20}), on(d, x, {20, 20})).to_vector<float>(), r);
        }});
+  // Few, long lines: the GPU plugins sum each in parts, then the parts (ops_base.cpp's sum_lines).
+  for (const Shape& x_shape : {Shape{3000, 7}, Shape{3, 2000, 5}})
+    for (const bool is_mean : {false, true}) {
+      const int axis = x_shape.rank() - 2;
+      c.push_back({fmt::format("{}_long_axis_{}", is_mean ? "mean" : "sum", x_shape.rank()),
+                   is_mean ? OpId::mean : OpId::sum, [=](Device& d) {
+                     const Vec x = randn(x_shape.numel());
+                     const Tensor t = on(d, x, x_shape);
+                     expect_close((is_mean ? mean(t, axis) : sum(t, axis)).to_vector<float>(),
+                                  reduce_ref(
+                                      x, axis,
+                                      [&](auto& l) {
+                                        double s = 0;
+                                        for (double v : l) s += v;
+                                        return is_mean ? s / double(l.size()) : s;
+                                      },
+                                      x_shape));
+                   }});
+    }
   for (int axis : {0, 1, 2}) {
     auto x_shape = Shape{3, 7, 5};
     c.push_back({fmt::format("sum_axis{}", axis), OpId::sum, [=](Device& d) {
