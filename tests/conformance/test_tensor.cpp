@@ -405,6 +405,30 @@ std::vector<Case> misc_cases() {
                                std::vector<double>(v.begin(), v.end()));
                  EXPECT_TRUE(x.flatten(0, 1).shares_storage(x));
                }});
+  c.push_back({"copy_permuted_f32", OpId::copy, [](Device& d) {
+                 // The GPU plugins' copy takes 4 elements of the last dimension per invocation
+                 // where it can (ops_base.cpp): a permute keeping the last dimension (4-float
+                 // loads), one moving it (4 strided loads), and an offset view whose last extent
+                 // is a multiple of 4 but whose source groups are not aligned.
+                 const Vec v = randn(3 * 5 * 8);
+                 const Tensor x = Tensor::from(v, {3, 5, 8}, &d);
+                 auto at = [&](int a, int b, int e) {
+                   return double(v[static_cast<std::size_t>((a * 5 + b) * 8 + e)]);
+                 };
+                 std::vector<double> keep, move, shifted;
+                 for (int b = 0; b < 5; ++b)
+                   for (int a = 0; a < 3; ++a)
+                     for (int e = 0; e < 8; ++e) keep.push_back(at(a, b, e));
+                 for (int a = 0; a < 3; ++a)
+                   for (int e = 0; e < 8; ++e)
+                     for (int b = 1; b < 5; ++b) move.push_back(at(a, b, e));
+                 for (int a = 0; a < 3; ++a)
+                   for (int b = 0; b < 5; ++b)
+                     for (int e = 1; e < 5; ++e) shifted.push_back(at(a, b, e));
+                 expect_values(x.permute({1, 0, 2}).contiguous(), keep);
+                 expect_values(x.narrow(1, 1, 4).transpose(1, 2).contiguous(), move);
+                 expect_values(x.narrow(2, 1, 4).contiguous(), shifted);
+               }});
   c.push_back(
       {"print", OpId::copy, [](Device& d) {
          std::ostringstream s;
