@@ -97,12 +97,13 @@ std::int32_t reduce_group(const Launcher& l) {
 void sum_lines(Launcher& l, const Tensor& x, const Tensor& y, std::int64_t outer, std::int64_t n,
                std::int64_t inner, float scale) {
   // Lines enough to fill the device (2048 invocations per compute unit) run one invocation each;
-  // fewer, long ones are split in parts of at least 64 (a column sum of [16384, 384] in 176
+  // fewer, long ones are split in parts of at least 64 (a column sum of [16384, 1536] in 176
   // parts on an H100), summed again over the parts.
   const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
   const std::int64_t lines = outer * inner;
-  const std::int64_t parts =
-      lines > 0 ? std::clamp<std::int64_t>(units * 2048 / lines, 1, n / 64) : 1;
+  const std::int64_t parts = lines > 0 ? std::clamp<std::int64_t>(units * 2048 / lines, 1,
+                                                                  std::max<std::int64_t>(1, n / 64))
+                                       : 1;
   auto launch = [&](const Tensor& from, const Tensor& to, std::int64_t length, std::int64_t count,
                     std::int64_t chunk, float s) {
     Launch(l, "reduce", {0})
