@@ -448,6 +448,34 @@ std::vector<Case> tessera::conformance::nn_op_cases() {
                r);
          }});
   }
+  // The GPU plugins split long reductions in parts and add the parts in a fixed order
+  // (ops_gemm.cpp, ops_base.cpp, ops_reduce.cpp): every split path gives the same bits twice.
+  c.push_back({"split_reductions_same_bits", OpId::conv2d_backward_weight, [](Device& d) {
+                 auto same = [](const Tensor& a, const Tensor& b) {
+                   const Vec x = a.to_vector<float>(), y = b.to_vector<float>();
+                   ASSERT_EQ(x.size(), y.size());
+                   EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
+                 };
+                 const ConvGeom g = kConvs[6];  // a weight gradient split in parts
+                 const Tensor gy = on(d, randn(g.ys().numel()), g.ys());
+                 const Tensor x = on(d, randn(g.xs().numel()), g.xs());
+                 same(conv2d_backward_weight(gy, x, g.ws(), g.attrs()),
+                      conv2d_backward_weight(gy, x, g.ws(), g.attrs()));
+                 const Tensor a = on(d, randn(37 * 4099), {37, 4099});  // K split in parts
+                 const Tensor b = on(d, randn(4099 * 21), {4099, 21});
+                 same(matmul(a, b), matmul(a, b));
+                 const Tensor col = on(d, randn(3000 * 7), {3000, 7});  // a long axis in parts
+                 same(sum(col, 0), sum(col, 0));
+                 const Shape bs{8, 3, 32, 32};  // channels in parts
+                 const Tensor bx = on(d, randn(bs.numel()), bs), bg = on(d, randn(bs.numel()), bs);
+                 const Tensor w = on(d, randn(3), {3}), mean = on(d, randn(3), {3});
+                 const Tensor invstd = on(d, uniform(3, 0.5f, 2.0f), {3});
+                 const NormGrads r1 = batch_norm_backward(bg, bx, w, mean, invstd, true);
+                 const NormGrads r2 = batch_norm_backward(bg, bx, w, mean, invstd, true);
+                 same(r1.x, r2.x);
+                 same(r1.weight, r2.weight);
+                 same(r1.bias, r2.bias);
+               }});
   c.push_back(
       {"conv2d_groups_errors", OpId::conv2d, [](Device& d) {
          const Tensor x = on(d, randn(2 * 4 * 5 * 5), {2, 4, 5, 5});
