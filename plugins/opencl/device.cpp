@@ -140,10 +140,7 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   programs_ = std::make_unique<Programs>(
       context_, device, id, fmt::format("{}|{}|{}", info_.name, info_.driver, platform_version));
 
-  std::size_t reduce_wg = 256;
-  while (reduce_wg > max_wg) reduce_wg /= 2;
-  ctx_ = std::make_unique<Context>(Context{*programs_, *queue_, reduce_wg,
-                                           fmt::format("-DREDUCE_WG={}", reduce_wg), launch_mu_});
+  ctx_ = std::make_unique<Context>(Context{*programs_, *queue_, launch_mu_});
   common::GpuTraits traits;
   traits.vendor_id = device_value<cl_uint>(device, CL_DEVICE_VENDOR_ID);
   traits.subgroup_size = traits.vendor_id == 0x10de ? 32 : 1;
@@ -162,7 +159,6 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   // -cl-opt-disable make them pass; oclgrind finds no invalid access, race or divergence).
   traits.tiled_attention = !traits.is_cpu;
   launcher_ = std::make_unique<OpenclLauncher>(*this, *ctx_, traits);
-  ctx_->launcher = launcher_.get();
   common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), {} compute units", id, info_.name, platform_name, info_.compute_units);
 }

@@ -16,7 +16,7 @@ OpenclLauncher::OpenclLauncher(Device& device, Context& ctx, common::GpuTraits t
 void OpenclLauncher::launch(const common::Launch& l) {
   const auto v = l.variant();
   const std::string options =
-      fmt::format("{} -DV0={} -DV1={} -DV2={} -DV3={}", ctx_.options, v[0], v[1], v[2], v[3]);
+      fmt::format("-DV0={} -DV1={} -DV2={} -DV3={}", v[0], v[1], v[2], v[3]);
   struct Params {
     cl_int w[32];
   } params{};

@@ -167,10 +167,7 @@ class Programs {
 struct Context {
   Programs& programs;
   OpenclQueue& queue;
-  std::size_t reduce_wg;  // work-group size of the reduction kernels: a power of two <= 256
-  std::string options;    // build options of every program ("-DREDUCE_WG=256")
   std::mutex& launch_mu;  // clSetKernelArg + enqueue of one cl_kernel are not thread-safe
-  common::Launcher* launcher = nullptr;  // the device's portable kernels (set once it exists)
 };
 
 using KernelTable = std::array<std::unique_ptr<Kernel>, kNumOps>;

@@ -155,8 +155,7 @@ VkPipeline Pipelines::get(std::string_view shader, std::span<const std::int32_t>
   if (module == modules_.end()) {
     const auto code = embedded_file(fmt::format("{}.spv", shader));
     if (code.empty())
-      throw BackendError(
-          fmt::format("shaders/{}.comp is not embedded in the vulkan plugin", shader));
+      throw BackendError(fmt::format("{}.spv is not embedded in the vulkan plugin", shader));
     VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     mi.codeSize = code.size();
     mi.pCode = reinterpret_cast<const std::uint32_t*>(code.data());
@@ -179,7 +178,7 @@ VkPipeline Pipelines::get(std::string_view shader, std::span<const std::int32_t>
   if (dev_.pipeline_statistics()) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   VkPipeline pipeline;
   check(vkCreateComputePipelines(dev_.handle(), cache_, 1, &ci, nullptr, &pipeline),
-        fmt::format("creating the pipeline of shaders/{}.comp", shader), dev_.name());
+        fmt::format("creating the pipeline of {}", shader), dev_.name());
   if (dev_.pipeline_statistics()) log_statistics(key, pipeline);
   pipelines_.emplace(std::move(key), pipeline);
   save_cache();

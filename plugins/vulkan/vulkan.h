@@ -1,8 +1,9 @@
 // The Vulkan plugin: every physical device with a compute queue (Vulkan 1.2 and
 // VK_KHR_push_descriptor) as vulkan:N. Memory is suballocated from large blocks; dispatches are
 // recorded into command buffers and submitted in batches with barriers only between dependent
-// work; compute pipelines come from SPIR-V embedded at build time (shaders/) and are cached in a
-// VkPipelineCache under TESSERA_CACHE_DIR.
+// work; compute pipelines come from the portable kernels' SPIR-V, embedded at build time
+// (../common/portable.cmake: NAME.tk.spv), and are cached in a VkPipelineCache under
+// TESSERA_CACHE_DIR.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -181,7 +182,8 @@ class Pipelines {
  public:
   explicit Pipelines(VulkanDevice& device);
   ~Pipelines();
-  // The pipeline of shaders/|shader|.comp with specialization constants 0..N-1 = |spec|.
+  // The pipeline of the embedded |shader|.spv (a portable kernel: NAME.tk) with specialization
+  // constants 0..N-1 = |spec|.
   VkPipeline get(std::string_view shader, std::span<const std::int32_t> spec);
   VkPipelineLayout layout() const { return layout_; }
   VkDescriptorSetLayout set_layout() const { return set_layout_; }
@@ -243,7 +245,6 @@ class VulkanDevice final : public Device {
   MemoryPool& staging_pool() { return *staging_pool_; }
   VulkanQueue& vk_queue_object() { return *queue_; }
   Pipelines& pipelines() { return *pipelines_; }
-  common::Launcher& launcher() { return *launcher_; }
   // The largest buffer a kernel can bind: the smaller of maxStorageBufferRange and
   // maxMemoryAllocationSize, and which of the two it is.
   VkDeviceSize max_buffer() const { return max_buffer_; }
