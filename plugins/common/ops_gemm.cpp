@@ -71,6 +71,25 @@ std::optional<GemmTiles> tiles_from_environment() {
   return parsed;
 }
 
+// K in |want| parts, each a multiple of |tk| long: the length of a part and how many there are
+// (fewer than |want| where rounding up covers K sooner).
+struct KParts {
+  std::int64_t per, parts;
+};
+KParts split_k(std::int64_t k, std::int64_t want, int tk) {
+  const std::int64_t per = ((k + want - 1) / want + tk - 1) / tk * tk;
+  return {per, (k + per - 1) / per};
+}
+
+// A launch of kernels/gemm.tk with tiles |t| and |flags| (V3), its shared memory and work-group
+// size set: the caller binds the tensors, appends the parameters and dispatches the groups.
+Launch gemm_launch(Launcher& l, const GemmTiles& t, int flags) {
+  Launch launch(l, "gemm", {t.tm, t.tn, t.wm | t.wn << 4 | t.tk << 8, flags});
+  launch.shared(static_cast<std::int32_t>(t.shared_floats()))
+      .group(static_cast<std::int32_t>(t.threads()));
+  return launch;
+}
+
 }  // namespace
 
 void check_gemm_environment() {
@@ -109,7 +128,7 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
   // A small output with a long K (a weight gradient: K is the batch's tokens) leaves compute
   // units idle with any tiles: K is split in parts of at least 1024, on GPUs with the largest
   // tiles, their sums added afterwards in a fixed order.
-  std::int64_t parts = 1, per = k;
+  KParts split{k, 1};
   const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
   if (k >= 2048) {
     GemmTiles big = t;
@@ -119,8 +138,7 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
     const std::int64_t want = std::min((units + groups - 1) / groups, k / 1024);
     if (groups < units && want > 1) {
       t = big;
-      per = ((k + want - 1) / want + t.tk - 1) / t.tk * t.tk;
-      parts = (k + per - 1) / per;
+      split = split_k(k, want, t.tk);
     }
   }
   bool vec = multiples_of_4({m, n, k, a.offset(), b.offset(), c.offset()}) &&
@@ -132,18 +150,16 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
   const std::int64_t across = (n + t.tn - 1) / t.tn, tiles = across * ((m + t.tm - 1) / t.tm);
   const std::int64_t count = g.count * m * n;
   const Tensor partial =
-      parts > 1 ? Tensor::empty({parts, count}, DType::f32, &l.device()) : Tensor();
-  Launch launch(l, "gemm", {t.tm, t.tn, t.wm | t.wn << 4 | t.tk << 8, flags});
-  launch.in(a).in(b).out(parts > 1 ? partial : c).in(bias ? *bias : a);  // 3 unread: no bias
+      split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();
+  Launch launch = gemm_launch(l, t, flags);
+  // Binding 3 is unread without a bias.
+  launch.in(a).in(b).out(split.parts > 1 ? partial : c).in(bias ? *bias : a);
   launch.i(m).i(n).i(k).i(across).i(tiles).i(g.rank);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.shape[d] : 1);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_a[d] : 0);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_b[d] : 0);
-  launch.i(g.count).i(0).i(0).i(per);
-  launch.shared(static_cast<std::int32_t>(t.shared_floats()))
-      .group(static_cast<std::int32_t>(t.threads()))
-      .groups(parts * g.count * tiles);
-  if (parts > 1) sum_lines(l, partial, c, 1, parts, count, 1.0f);
+  launch.i(g.count).i(0).i(0).i(split.per).groups(split.parts * g.count * tiles);
+  if (split.parts > 1) sum_lines(l, partial, c, 1, split.parts, count, 1.0f);
 }
 
 ConvGemm conv_gemm_shape(const Conv& g, int mode) {
@@ -178,13 +194,13 @@ void conv_gemm(Launcher& l, const Conv& g, int mode, const Tensor& a, const Tens
   const std::int64_t across = (s.n + t.tn - 1) / t.tn, tiles = across * ((s.m + t.tm - 1) / t.tm);
   // MODE 3 splits K (batch x output pixels, the long side) so that every compute unit has work:
   // parts of at least 256, their partial sums added afterwards in a fixed order.
-  std::int64_t per = s.k, parts = 1;
+  KParts split{s.k, 1};
   if (mode == 3 && s.k > 0) {
     const std::int64_t want = l.traits().compute_units > 0 ? 2 * l.traits().compute_units : 4;
-    parts = std::clamp<std::int64_t>((want + g.groups * tiles - 1) / (g.groups * tiles), 1,
-                                     (s.k + 255) / 256);
-    per = ((s.k + parts - 1) / parts + t.tk - 1) / t.tk * t.tk;
-    parts = (s.k + per - 1) / per;
+    split = split_k(s.k,
+                    std::clamp<std::int64_t>((want + g.groups * tiles - 1) / (g.groups * tiles), 1,
+                                             (s.k + 255) / 256),
+                    t.tk);
   }
   const std::int64_t plane = std::int64_t{g.ho} * g.wo, iplane = std::int64_t{g.h} * g.w;
   // 4-float groups: MODE 1 reads w's rows (K of them a multiple of 4) and stores y's planes;
@@ -197,16 +213,23 @@ void conv_gemm(Launcher& l, const Conv& g, int mode, const Tensor& a, const Tens
                     mode << kModeShift |
                     (mode == 2 && g.sh == 1 && g.sw == 1 ? kFlagUnitStride : 0);
   // Where K is split, the parts go to a scratch [parts, groups, M, N], then add up into |out|.
-  const Tensor partial =
-      parts > 1 ? Tensor::empty({parts, out.numel()}, DType::f32, &l.device()) : Tensor();
-  const Tensor& dst = parts > 1 ? partial : out;
-  Launch launch(l, "gemm", {t.tm, t.tn, t.wm | t.wn << 4 | t.tk << 8, flags});
-  launch.in(a).in(b).out(dst).in(a);
-  launch.i(s.m).i(s.n).i(s.k).i(across).i(tiles).words(g).i(per);
-  launch.shared(static_cast<std::int32_t>(t.shared_floats()))
-      .group(static_cast<std::int32_t>(t.threads()))
-      .groups(parts * g.groups * tiles);
-  if (parts > 1) sum_lines(l, partial, out, 1, parts, out.numel(), 1.0f);
+  const Tensor partial = split.parts > 1
+                             ? Tensor::empty({split.parts, out.numel()}, DType::f32, &l.device())
+                             : Tensor();
+  gemm_launch(l, t, flags)
+      .in(a)
+      .in(b)
+      .out(split.parts > 1 ? partial : out)
+      .in(a)
+      .i(s.m)
+      .i(s.n)
+      .i(s.k)
+      .i(across)
+      .i(tiles)
+      .words(g)
+      .i(split.per)
+      .groups(split.parts * g.groups * tiles);
+  if (split.parts > 1) sum_lines(l, partial, out, 1, split.parts, out.numel(), 1.0f);
 }
 
 namespace {
