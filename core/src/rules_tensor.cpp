@@ -7,8 +7,8 @@ namespace tessera::rules {
 namespace {
 
 bool castable(DType t) {
-  return t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::i64 ||
-         t == DType::u8 || t == DType::boolean;
+  return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16 ||
+         t == DType::i32 || t == DType::i64 || t == DType::u8 || t == DType::boolean;
 }
 
 bool is_integer(DType t) {
@@ -28,8 +28,8 @@ void infer_cast(const OpCall& call, std::span<TensorSpec> out) {
   require(out[0].shape == x.shape(), call, "the output must have the input's shape {}, got {}",
           x.shape().str(), out[0].shape.str());
   require(castable(x.dtype()) && castable(out[0].dtype), call,
-          "casts are between f32, f64, i32, i64, u8 and bool, got {} to {}", dtype_name(x.dtype()),
-          dtype_name(out[0].dtype));
+          "casts are between f32, f64, f16, bf16, i32, i64, u8 and bool, got {} to {}",
+          dtype_name(x.dtype()), dtype_name(out[0].dtype));
 }
 
 void infer_copy_into(const OpCall& call, std::span<TensorSpec> out) {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "tessera/device.h"
+#include "tessera/half.h"
 #include "tessera/ops.h"
 #include "tessera/tensor.h"
 
@@ -18,18 +19,6 @@ namespace {
 constexpr std::int64_t kThreshold = 1000;  // more elements than this are summarised
 constexpr std::int64_t kEdgeItems = 3;
 constexpr std::size_t kLineWidth = 80;
-
-float half_to_float(std::uint16_t h) {
-  const std::uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
-  float f = 0;
-  if (exp == 0)
-    f = std::ldexp(static_cast<float>(man), -24);
-  else if (exp == 31)
-    f = man ? NAN : INFINITY;
-  else
-    f = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
-  return sign ? -f : f;
-}
 
 // Every element of |t| (contiguous order) as a double.
 std::vector<double> host_values(const Tensor& t) {
@@ -52,15 +41,11 @@ std::vector<double> host_values(const Tensor& t) {
         v[i] = load(double{});
         break;
       case DType::f16:
-        v[i] = half_to_float(load(std::uint16_t{}));
+        v[i] = f16_to_f32(load(std::uint16_t{}));
         break;
-      case DType::bf16: {
-        const std::uint32_t bits = std::uint32_t{load(std::uint16_t{})} << 16;
-        float f;
-        std::memcpy(&f, &bits, sizeof f);
-        v[i] = f;
+      case DType::bf16:
+        v[i] = bf16_to_f32(load(std::uint16_t{}));
         break;
-      }
       case DType::i32:
         v[i] = load(std::int32_t{});
         break;

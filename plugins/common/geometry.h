@@ -181,12 +181,16 @@ inline AdamStep adam_step(const AdamAttrs& a) {
 }
 
 // The rule every GPU kernel shares: f32 tensors (i32 where the op defines an index or label)
-// whose element counts and offsets fit the kernels' 32-bit indices.
-inline Support gpu_supports(const OpCall& call) {
+// whose element counts and offsets fit the kernels' 32-bit indices. With |half|, f16 and bf16
+// tensors too (the op's shape rule keeps its dtypes consistent).
+inline Support gpu_supports_of(const OpCall& call, bool half) {
+  auto accepted = [half](DType t) {
+    return t == DType::f32 || (half && (t == DType::f16 || t == DType::bf16));
+  };
   const Tensor& first = call.num_inputs ? call.in(0) : call.out(0);
-  if (first.dtype() != DType::f32)
-    return Support::no(
-        fmt::format("dtype {} is not supported (f32 only)", dtype_name(first.dtype())));
+  if (!accepted(first.dtype()))
+    return Support::no(fmt::format("dtype {} is not supported ({})", dtype_name(first.dtype()),
+                                   half ? "f32, f16, bf16" : "f32 only"));
   constexpr std::int64_t kLimit = std::numeric_limits<std::int32_t>::max();
   auto check = [&](const Tensor& t) {
     std::int64_t reach = t.offset() + 1;
@@ -197,7 +201,7 @@ inline Support gpu_supports(const OpCall& call) {
     if (!check(call.in(i)))
       return Support::no("a tensor of more than 2^31 elements (32-bit indices in the kernels)");
   for (int i = 0; i < call.num_outputs; ++i) {
-    if (call.out(i).dtype() != DType::f32 && call.out(i).dtype() != DType::i32)
+    if (!accepted(call.out(i).dtype()) && call.out(i).dtype() != DType::i32)
       return Support::no(
           fmt::format("output dtype {} is not supported", dtype_name(call.out(i).dtype())));
     if (!check(call.out(i)))
@@ -206,11 +210,21 @@ inline Support gpu_supports(const OpCall& call) {
   return Support::yes();
 }
 
-// copy and fill move 4-byte elements of any dtype (f32, i32).
-inline Support four_byte_supports(const OpCall& call) {
+inline Support gpu_supports(const OpCall& call) {
+  return gpu_supports_of(call, false);
+}
+
+// gpu_supports, with f16 and bf16 accepted (matmul, addmm, bmm).
+inline Support gpu_half_supports(const OpCall& call) {
+  return gpu_supports_of(call, true);
+}
+
+// copy and fill move elements of 4 bytes of any dtype (f32, i32) and the 16-bit floats (f16,
+// bf16).
+inline Support copy_fill_supports(const OpCall& call) {
   const Tensor& t = call.num_inputs ? call.in(0) : call.out(0);
-  if (dtype_size(t.dtype()) != 4)
-    return Support::no(fmt::format("{} of {} is not implemented (4-byte dtypes only)",
+  if (dtype_size(t.dtype()) != 4 && t.dtype() != DType::f16 && t.dtype() != DType::bf16)
+    return Support::no(fmt::format("{} of {} is not implemented (4-byte dtypes, f16, bf16)",
                                    op_name(call.op), dtype_name(t.dtype())));
   if (t.numel() > std::numeric_limits<std::int32_t>::max())
     return Support::no("a tensor of more than 2^31 elements (32-bit indices in the kernels)");

@@ -30,7 +30,8 @@ GemmTiles gemm_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, st
 void check_gemm_environment();
 
 // c = op(a) op(b) (+ bias [n] on every row) for the |g.count| matrices of |g|: a, b contiguous
-// matrices (op(a) is [m, k], op(b) [k, n]), c contiguous [count, m, n].
+// matrices (op(a) is [m, k], op(b) [k, n]), c contiguous [count, m, n]; all f32, or all f16 or
+// all bf16 (summed in f32, rounded once into c).
 void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
           bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
           const BatchDims& g);
@@ -66,6 +67,13 @@ void sum_lines(Launcher& l, const Tensor& x, const Tensor& y, std::int64_t outer
 
 // --- tensor API: casts, factories, indexing ---
 void add_tensor_ops(PortableOps& ops);
+// dst = src element by element (kernels/tensor_copy.tk): views of one shape and dtype of 1, 2, 4
+// or 8 bytes, any strides (dst writes each location once); copy_into's and, for 16-bit
+// elements, copy's launch.
+void copy_views(Launcher& l, const Tensor& src, const Tensor& dst);
+// y = x converted to y's dtype (kernels/tensor_cast.tk): x strided (strides 0 broadcast), y
+// contiguous of x's shape; f32, f16, bf16, i32, i64 (within 32 bits) and bool.
+void cast_into(Launcher& l, const Tensor& x, const Tensor& y);
 
 // --- element-wise math, comparisons, selection ---
 // Element-wise math, comparisons, where and masked_fill (ops_pointwise.cpp).

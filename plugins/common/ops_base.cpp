@@ -52,6 +52,7 @@ void binary(const OpCall& call, Launcher& l) {
 // stores); with a unit last stride and 4-aligned source, one 4-float load too.
 void copy(const OpCall& call, Launcher& l) {
   const Tensor &x = call.in(0), &y = call.out(0);
+  if (dtype_size(x.dtype()) == 2) return copy_views(l, x, y);  // f16, bf16
   const Strided g = strided(x.shape(), call.inputs.data(), 1);
   const bool four =
       x.dtype() == DType::f32 && g.rank > 0 && g.shape[g.rank - 1] % 4 == 0 && y.offset() % 4 == 0;
@@ -69,6 +70,14 @@ void copy(const OpCall& call, Launcher& l) {
 
 void fill(const OpCall& call, Launcher& l) {
   const Tensor& y = call.out(0);
+  if (dtype_size(y.dtype()) == 2) {
+    // f16, bf16: the value as one f32, cast to every element (rounded as a cast rounds it).
+    const Tensor one = Tensor::empty({1}, DType::f32, &l.device());
+    Launch(l, "copy", {1}).out(one).out(one).i(1).i(fill_bits(call)).run(1);
+    Shape ones;
+    for (int d = 0; d < y.rank(); ++d) ones.push_back(1);
+    return cast_into(l, one.reshape(ones).expand(y.shape()), y);
+  }
   Launch(l, "copy", {1}).out(y).out(y).i(y.numel()).i(fill_bits(call)).run(y.numel());
 }
 
@@ -219,8 +228,8 @@ void add_base_ops(PortableOps& ops) {
   ops.add(OpId::sub, binary<1>);
   ops.add(OpId::mul, binary<2>);
   ops.add(OpId::div, binary<3>);
-  ops.add(OpId::copy, copy, four_byte_supports);
-  ops.add(OpId::fill, fill, four_byte_supports);
+  ops.add(OpId::copy, copy, copy_fill_supports);
+  ops.add(OpId::fill, fill, copy_fill_supports);
   ops.add(OpId::dropout_mask, dropout_mask);
   ops.add(OpId::sum, lines<0>);
   ops.add(OpId::mean, lines<0>);

@@ -19,7 +19,7 @@ namespace tessera::common {
 namespace {
 
 constexpr int kFlagTransA = 1, kFlagTransB = 2, kFlagVec = 4, kFlagBias = 8, kFlagTwoBuffers = 16,
-              kModeShift = 5, kFlagUnitStride = 128;
+              kModeShift = 5, kFlagUnitStride = 128, kDTypeShift = 8;
 
 // The GPU tile sets, largest first (docs/performance.md has the sweep that chose them).
 constexpr GemmTiles kGpuTiles[] = {
@@ -141,25 +141,30 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
       split = split_k(k, want, t.tk);
     }
   }
-  bool vec = multiples_of_4({m, n, k, a.offset(), b.offset(), c.offset()}) &&
+  // f16 and bf16 inputs load element by element; the sums stay f32 and are rounded into c
+  // afterwards (one cast_into).
+  const int dtype = a.dtype() == DType::f16 ? 1 : a.dtype() == DType::bf16 ? 2 : 0;
+  bool vec = dtype == 0 && multiples_of_4({m, n, k, a.offset(), b.offset(), c.offset()}) &&
              (!bias || bias->offset() % 4 == 0);
   for (int d = 0; d < g.rank; ++d) vec = vec && g.stride_a[d] % 4 == 0 && g.stride_b[d] % 4 == 0;
   const int flags = (trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0) |
                     (vec ? kFlagVec : 0) | (bias ? kFlagBias : 0) |
-                    (t.buffers == 2 ? kFlagTwoBuffers : 0);
+                    (t.buffers == 2 ? kFlagTwoBuffers : 0) | dtype << kDTypeShift;
   const std::int64_t across = (n + t.tn - 1) / t.tn, tiles = across * ((m + t.tm - 1) / t.tm);
   const std::int64_t count = g.count * m * n;
   const Tensor partial =
       split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();
+  const Tensor sums = dtype != 0 ? Tensor::empty(c.shape(), DType::f32, &l.device()) : c;
   Launch launch = gemm_launch(l, t, flags);
   // Binding 3 is unread without a bias.
-  launch.in(a).in(b).out(split.parts > 1 ? partial : c).in(bias ? *bias : a);
+  launch.in(a).in(b).out(split.parts > 1 ? partial : sums).in(bias ? *bias : a);
   launch.i(m).i(n).i(k).i(across).i(tiles).i(g.rank);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.shape[d] : 1);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_a[d] : 0);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_b[d] : 0);
   launch.i(g.count).i(0).i(0).i(split.per).groups(split.parts * g.count * tiles);
-  if (split.parts > 1) sum_lines(l, partial, c, 1, split.parts, count, 1.0f);
+  if (split.parts > 1) sum_lines(l, partial, sums, 1, split.parts, count, 1.0f);
+  if (dtype != 0) cast_into(l, sums, c);
 }
 
 ConvGemm conv_gemm_shape(const Conv& g, int mode) {
@@ -254,9 +259,9 @@ void bmm(const OpCall& call, Launcher& l) {
 }  // namespace
 
 void add_gemm_ops(PortableOps& ops) {
-  ops.add(OpId::matmul, matmul);
-  ops.add(OpId::addmm, matmul);
-  ops.add(OpId::bmm, bmm);
+  ops.add(OpId::matmul, matmul, gpu_half_supports);
+  ops.add(OpId::addmm, matmul, gpu_half_supports);
+  ops.add(OpId::bmm, bmm, gpu_half_supports);
 }
 
 }  // namespace tessera::common

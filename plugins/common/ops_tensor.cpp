@@ -12,7 +12,8 @@ namespace {
 
 constexpr std::int64_t kMax32 = std::numeric_limits<std::int32_t>::max();
 
-// The kind of a dtype in the kernels: 0 f32, 1 i32, 2 i64, 3 bool; -1 when not handled.
+// The kind of a dtype in the kernels: 0 f32, 1 i32, 2 i64, 3 bool, 4 f16, 5 bf16; -1 when not
+// handled.
 int kind(DType t) {
   switch (t) {
     case DType::f32:
@@ -23,6 +24,10 @@ int kind(DType t) {
       return 2;
     case DType::boolean:
       return 3;
+    case DType::f16:
+      return 4;
+    case DType::bf16:
+      return 5;
     default:
       return -1;
   }
@@ -46,8 +51,9 @@ Support sizes(const OpCall& call) {
 }
 
 Support no_dtype(const OpCall& call, DType t) {
-  return Support::no(fmt::format("{} of {} is not implemented on GPUs (f32, i32, i64, bool)",
-                                 op_name(call.op), dtype_name(t)));
+  return Support::no(
+      fmt::format("{} of {} is not implemented on GPUs (f32, f16, bf16, i32, i64, bool)",
+                  op_name(call.op), dtype_name(t)));
 }
 
 bool fits_int(double v) {
@@ -73,11 +79,8 @@ Geometry geometry(const Shape& shape, const Tensor* views, int count) {
 
 // ----- copy_into -----
 
+// Every dtype: elements of 1, 2, 4 or 8 bytes.
 Support copy_into_supports(const OpCall& call) {
-  const std::size_t size = dtype_size(call.out(0).dtype());
-  if (size != 1 && size != 4 && size != 8)
-    return Support::no(
-        fmt::format("copy_into of {} is not implemented on GPUs", dtype_name(call.out(0).dtype())));
   return sizes(call);
 }
 
@@ -87,8 +90,10 @@ Tensor words_at(Tensor t) {
   return t.unsqueeze(-1).view(DType::i32);
 }
 
-void copy_into(const OpCall& call, Launcher& l) {
-  Tensor views[2] = {call.in(0), call.out(0)};
+}  // namespace
+
+void copy_views(Launcher& l, const Tensor& src, const Tensor& dst) {
+  Tensor views[2] = {src, dst};
   Geometry g = geometry(views[1].shape(), views, 2);
   if (g.n == 0) return;
   const std::size_t size = dtype_size(views[1].dtype());
@@ -102,7 +107,7 @@ void copy_into(const OpCall& call, Launcher& l) {
     }
     g.shape.push_back(2);
   }
-  Launch launch(l, "tensor_copy", {size == 1 ? 1 : 0});
+  Launch launch(l, "tensor_copy", {size == 1 ? 1 : size == 2 ? 2 : 0});
   launch.in(views[0]).out(views[1]).i(g.n).i(g.shape.rank());
   for (int k = 0; k < 3; ++k)
     for (int d = 0; d < 7; ++d) {
@@ -110,6 +115,12 @@ void copy_into(const OpCall& call, Launcher& l) {
       launch.i(d < v.rank() ? v[d] : 0);
     }
   launch.run(g.n);
+}
+
+namespace {
+
+void copy_into(const OpCall& call, Launcher& l) {
+  copy_views(l, call.in(0), call.out(0));
 }
 
 // ----- cast -----
@@ -120,17 +131,24 @@ Support cast_supports(const OpCall& call) {
   return sizes(call);
 }
 
-void cast(const OpCall& call, Launcher& l) {
-  const Tensor& x = call.in(0);
+}  // namespace
+
+void cast_into(Launcher& l, const Tensor& x, const Tensor& y) {
   const Geometry g = geometry(x.shape(), &x, 1);
-  Launch launch(l, "tensor_cast", {kind(x.dtype()), kind(call.out(0).dtype())});
-  launch.in(x).out(call.out(0)).i(g.n).i(g.shape.rank());
+  Launch launch(l, "tensor_cast", {kind(x.dtype()), kind(y.dtype())});
+  launch.in(x).out(y).i(g.n).i(g.shape.rank());
   for (int k = 0; k < 2; ++k)
     for (int d = 0; d < kMaxDims; ++d) {
       const Dims& v = k == 0 ? g.shape : g.stride[0];
       launch.i(d < v.rank() ? v[d] : 0);
     }
   launch.run(g.n);
+}
+
+namespace {
+
+void cast(const OpCall& call, Launcher& l) {
+  cast_into(l, call.in(0), call.out(0));
 }
 
 // ----- arange -----

@@ -40,6 +40,9 @@ struct GpuTraits {
   // The register-tiled attention kernels (kernels/flash_*.tk) run correctly through this
   // device's compiler (Vulkan, OpenCL GPUs; the opencl plugin's device.cpp says why not PoCL).
   bool tiled_attention = false;
+  // Kernels may store 16-bit elements (Vulkan's storageBuffer16BitAccess; always in OpenCL C):
+  // without it, no call with an f16 or bf16 tensor runs (PortableKernel::supports).
+  bool storage16 = true;
 };
 
 class Launcher;

@@ -78,6 +78,7 @@ bool load_onednn(Blas& b, std::string& error) {
         "per call; an OpenMP or sequential build is needed",
         b.file, v->cpu_runtime));
   }
+  b.onednn_gemm_bf16 = reinterpret_cast<Blas::OneDnnGemmBf16>(dlsym(h, "dnnl_gemm_bf16bf16f32"));
   b.library = Blas::Library::onednn;
   b.version = fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
   b.kernels = "JIT";
@@ -173,6 +174,20 @@ void Blas::sgemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
   cblas_sgemm(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, static_cast<int>(m),
               static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b,
               static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+void Blas::gemm_bf16(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                     const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
+                     std::int64_t ldb, float beta, float* c, std::int64_t ldc) const {
+  const int before = get_threads ? get_threads() : 1;
+  if (before != 1) set_threads(1);
+  const int status = onednn_gemm_bf16(
+      ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, std::max<std::int64_t>(lda, 1), b,
+      std::max<std::int64_t>(ldb, 1), beta, c, std::max<std::int64_t>(ldc, 1));
+  if (before != 1) set_threads(before);
+  if (status != 0)
+    throw BackendError(fmt::format(
+        "oneDNN's dnnl_gemm_bf16bf16f32 failed (status {}) on a {}x{}x{} GEMM", status, m, n, k));
 }
 
 const Blas& blas() {

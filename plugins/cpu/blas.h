@@ -31,6 +31,13 @@ class Blas {
              std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
              std::int64_t ldc) const;
 
+  // The same with A and B in bf16 (as bits) and C in f32, by oneDNN's dnnl_gemm_bf16bf16f32
+  // (AVX-512 BF16 or AMX instructions where the CPU has them). Only where has_gemm_bf16().
+  void gemm_bf16(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                 const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
+                 float beta, float* c, std::int64_t ldc) const;
+  bool has_gemm_bf16() const { return onednn_gemm_bf16 != nullptr; }
+
   Library library = Library::openblas;
   std::string file;     // the file that was loaded: "libdnnl.so.2"
   std::string version;  // "oneDNN 2.6.3", "OpenBLAS 0.3.21"
@@ -43,7 +50,11 @@ class Blas {
                               std::int64_t);
   using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
                               int, float, float*, int);
+  using OneDnnGemmBf16 = int (*)(char, char, std::int64_t, std::int64_t, std::int64_t, float,
+                                 const std::uint16_t*, std::int64_t, const std::uint16_t*,
+                                 std::int64_t, float, float*, std::int64_t);
   OneDnnSgemm onednn_sgemm = nullptr;
+  OneDnnGemmBf16 onednn_gemm_bf16 = nullptr;  // optional: exported by oneDNN 1.x to 3.x
   CblasSgemm cblas_sgemm = nullptr;
   // The thread count of the library's runtime (OpenBLAS's, or OpenMP's for oneDNN): read and set
   // on the calling thread, or null where the library lacks them.

@@ -116,6 +116,15 @@ void gemm_serial(const Blas& blas, bool ta, bool tb, std::int64_t m, std::int64_
 void gemm(Context& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
           std::int64_t ldc);
+// The same with A and B of 16-bit float type |t| (f16 or bf16, as bits) and C in f32: bf16 by
+// oneDNN's bf16 GEMM where it loaded (AVX-512 BF16 or AMX where the CPU has them), otherwise A
+// and B widened to f32 first (widen) and multiplied by gemm.
+void gemm_half(Context& ctx, DType t, bool ta, bool tb, std::int64_t m, std::int64_t n,
+               std::int64_t k, const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
+               std::int64_t ldb, float beta, float* c, std::int64_t ldc);
+// |n| elements of f16 or bf16 |t| as f32, and back (rounding to nearest even), on the pool.
+std::vector<float> widen(Context& ctx, DType t, const std::uint16_t* v, std::int64_t n);
+void narrow(Context& ctx, DType t, const float* v, std::uint16_t* out, std::int64_t n);
 
 // Host pointers of a call's tensors (CPU buffers are host memory).
 template <typename T = float>

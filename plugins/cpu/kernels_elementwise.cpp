@@ -7,6 +7,7 @@
 
 #include "../common/geometry.h"
 #include "kernels.h"
+#include "tessera/half.h"
 
 namespace tessera::cpu {
 namespace {
@@ -105,28 +106,32 @@ void copy_kernel(const OpCall& call, Context& ctx) {
 }
 
 template <typename T>
-void fill_typed(const OpCall& call, Context& ctx) {
+void fill_typed(const OpCall& call, Context& ctx, T v) {
   T* y = out_ptr<T>(call, 0);
-  const T v = static_cast<T>(call.attr<ScalarAttrs>().value);
   ctx.pool.parallel_for(call.out(0).numel(), kElementGrain, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) y[i] = v;
   });
 }
 
 void fill_kernel(const OpCall& call, Context& ctx) {
+  const double v = call.attr<ScalarAttrs>().value;
   switch (call.out(0).dtype()) {
     case DType::f32:
-      return fill_typed<float>(call, ctx);
+      return fill_typed(call, ctx, static_cast<float>(v));
     case DType::f64:
-      return fill_typed<double>(call, ctx);
+      return fill_typed(call, ctx, v);
+    case DType::f16:  // through f32, as a cast rounds (the GPUs store the same bits)
+      return fill_typed(call, ctx, f32_to_f16(static_cast<float>(v)));
+    case DType::bf16:
+      return fill_typed(call, ctx, f32_to_bf16(static_cast<float>(v)));
     case DType::i32:
-      return fill_typed<std::int32_t>(call, ctx);
+      return fill_typed(call, ctx, static_cast<std::int32_t>(v));
     case DType::u8:
-      return fill_typed<std::uint8_t>(call, ctx);
+      return fill_typed(call, ctx, static_cast<std::uint8_t>(v));
     case DType::i64:
-      return fill_typed<std::int64_t>(call, ctx);
+      return fill_typed(call, ctx, static_cast<std::int64_t>(v));
     case DType::boolean:  // torch.full(..., True): any non-zero value is 1
-      return fill_typed<bool>(call, ctx);
+      return fill_typed(call, ctx, static_cast<bool>(v));
     default:
       break;
   }
@@ -148,8 +153,8 @@ Support any_dtype(const OpCall&) {
 
 Support fill_dtypes(const OpCall& call) {
   const DType t = call.out(0).dtype();
-  if (t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::u8 || t == DType::i64 ||
-      t == DType::boolean)
+  if (t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16 ||
+      t == DType::i32 || t == DType::u8 || t == DType::i64 || t == DType::boolean)
     return Support::yes();
   return Support::no(fmt::format("fill of {} is not implemented", dtype_name(t)));
 }

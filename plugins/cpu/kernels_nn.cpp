@@ -6,6 +6,7 @@
 
 #include "../common/geometry.h"
 #include "kernels.h"
+#include "tessera/half.h"
 
 namespace tessera::cpu {
 
@@ -27,13 +28,18 @@ namespace {
 constexpr std::int64_t kGemmSplitMacs = 1 << 18;
 }  // namespace
 
-void gemm(Context& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
-          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
-          std::int64_t ldc) {
+namespace {
+
+// Cuts C over the pool (by columns where it is wider, else by rows) and calls
+// serial(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc) per block; A and B of element type T.
+template <typename T, typename Serial>
+void split_gemm(Context& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                const T* a, std::int64_t lda, const T* b, std::int64_t ldb, float beta, float* c,
+                std::int64_t ldc, Serial serial) {
   const std::int64_t span = std::max(m, n);
   const int parts = static_cast<int>(std::min<std::int64_t>(ctx.pool.size(), span / 16));
   if (parts < 2 || m * n * k < kGemmSplitMacs || ctx.pool.in_worker()) {
-    gemm_serial(ctx.blas, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    serial(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   const std::int64_t block = ((span + parts - 1) / parts + 15) & ~std::int64_t{15};
@@ -41,11 +47,49 @@ void gemm(Context& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n, std::i
     const std::int64_t lo = std::min(span, p * block), len = std::min(span - lo, block);
     if (len <= 0) return;
     if (n >= m)  // columns [lo, lo + len) of C: columns of op(B)
-      gemm_serial(ctx.blas, ta, tb, m, len, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta,
-                  c + lo, ldc);
+      serial(ta, tb, m, len, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc);
     else  // rows [lo, lo + len) of C: rows of op(A)
-      gemm_serial(ctx.blas, ta, tb, len, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta,
-                  c + lo * ldc, ldc);
+      serial(ta, tb, len, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc, ldc);
+  });
+}
+
+}  // namespace
+
+void gemm(Context& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+          std::int64_t ldc) {
+  split_gemm(ctx, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc,
+             [&](auto... args) { gemm_serial(ctx.blas, args...); });
+}
+
+void gemm_half(Context& ctx, DType t, bool ta, bool tb, std::int64_t m, std::int64_t n,
+               std::int64_t k, const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
+               std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (t == DType::bf16 && ctx.blas.has_gemm_bf16() && k > 0) {
+    split_gemm(ctx, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc,
+               [&](auto... args) { ctx.blas.gemm_bf16(args...); });
+    return;
+  }
+  // Widened to f32 whole (A is [m, k] or [k, m] with rows lda apart, B likewise).
+  const std::int64_t a_rows = ta ? k : m, b_rows = tb ? n : k;
+  const std::vector<float> wa = widen(ctx, t, a, a_rows * lda), wb = widen(ctx, t, b, b_rows * ldb);
+  gemm(ctx, ta, tb, m, n, k, wa.data(), lda, wb.data(), ldb, beta, c, ldc);
+}
+
+std::vector<float> widen(Context& ctx, DType t, const std::uint16_t* v, std::int64_t n) {
+  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
+  ctx.pool.parallel_for(n, kElementGrain, [&](std::int64_t s, std::int64_t e) {
+    for (std::int64_t i = s; i < e; ++i)
+      out[i] = t == DType::bf16 ? bf16_to_f32(v[i]) : f16_to_f32(v[i]);
+  });
+  return out;
+}
+
+void narrow(Context& ctx, DType t, const float* v, std::uint16_t* out, std::int64_t n) {
+  ctx.pool.parallel_for(n, kElementGrain, [&](std::int64_t s, std::int64_t e) {
+    for (std::int64_t i = s; i < e; ++i)
+      out[i] = t == DType::bf16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
   });
 }
 
@@ -61,13 +105,31 @@ void gemm_of(const OpCall& call, Context& ctx, float beta) {
        beta, out_ptr(call, 0), n);
 }
 
+// matmul and addmm of f16 or bf16: f32 accumulators (addmm's start as the bias), rounded once.
+void gemm_half_of(const OpCall& call, Context& ctx) {
+  const auto& at = call.attr<MatmulAttrs>();
+  const Tensor &a = call.in(0), &b = call.in(1), &y = call.out(0);
+  const std::int64_t m = y.dim(0), n = y.dim(1), k = at.trans_a ? a.dim(0) : a.dim(1);
+  std::vector<float> acc(static_cast<std::size_t>(m * n));
+  const bool bias = call.op == OpId::addmm;
+  if (bias) {
+    const std::vector<float> row = widen(ctx, y.dtype(), in_ptr<std::uint16_t>(call, 2), n);
+    for (std::int64_t r = 0; r < m; ++r) std::copy_n(row.data(), n, acc.data() + r * n);
+  }
+  gemm_half(ctx, y.dtype(), at.trans_a, at.trans_b, m, n, k, in_ptr<std::uint16_t>(call, 0),
+            a.dim(1), in_ptr<std::uint16_t>(call, 1), b.dim(1), bias ? 1.0f : 0.0f, acc.data(), n);
+  narrow(ctx, y.dtype(), acc.data(), out_ptr<std::uint16_t>(call, 0), m * n);
+}
+
 void matmul_kernel(const OpCall& call, Context& ctx) {
+  if (call.out(0).dtype() != DType::f32) return gemm_half_of(call, ctx);
   gemm_of(call, ctx, 0.0f);
 }
 
 // C = op(A) op(B) + bias: C's rows start as the bias and the GEMM accumulates onto them (beta 1),
 // which saves the library's pass zeroing C (beta 0) and a separate pass adding the bias.
 void addmm_kernel(const OpCall& call, Context& ctx) {
+  if (call.out(0).dtype() != DType::f32) return gemm_half_of(call, ctx);
   const std::int64_t m = call.out(0).dim(0), n = call.out(0).dim(1);
   const float* bias = in_ptr(call, 2);
   float* c = out_ptr(call, 0);
@@ -322,14 +384,27 @@ Support blas_sized(const OpCall& call) {
   return f32_only(call);
 }
 
+// matmul and addmm: blas_sized, in f32, f16 or bf16 (inputs, bias and output of one dtype).
+Support gemm_supports(const OpCall& call) {
+  const DType t = call.out(0).dtype();
+  if (t != DType::f16 && t != DType::bf16) return blas_sized(call);
+  for (int i = 0; i < call.num_inputs; ++i)
+    for (std::int64_t d : call.in(i).shape())
+      if (d > std::numeric_limits<int>::max())
+        return Support::no("a dimension exceeds the GEMM library's 32-bit limit");
+  return Support::yes();
+}
+
 }  // namespace
 
 void register_nn(KernelTable& t, Context& ctx) {
   auto set = [&](OpId op, KernelFn fn) {
     t[static_cast<std::size_t>(op)] = std::make_unique<CpuKernel>(ctx, fn, blas_sized);
   };
-  set(OpId::matmul, matmul_kernel);
-  set(OpId::addmm, addmm_kernel);
+  t[static_cast<std::size_t>(OpId::matmul)] =
+      std::make_unique<CpuKernel>(ctx, matmul_kernel, gemm_supports);
+  t[static_cast<std::size_t>(OpId::addmm)] =
+      std::make_unique<CpuKernel>(ctx, addmm_kernel, gemm_supports);
   set(OpId::conv2d, conv2d_kernel);
   set(OpId::conv2d_backward_input, conv2d_backward_input_kernel);
   set(OpId::conv2d_backward_weight, conv2d_backward_weight_kernel);

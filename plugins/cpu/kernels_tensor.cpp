@@ -9,9 +9,18 @@
 #include <fmt/format.h>
 
 #include "kernels.h"
+#include "tessera/half.h"
 
 namespace tessera::cpu {
 namespace {
+
+// The 16-bit floats as host types: their bits, converted through f32 (tessera/half.h).
+struct F16 {
+  std::uint16_t bits;
+};
+struct BF16 {
+  std::uint16_t bits;
+};
 
 // Calls f(T{}) with T the host type of |t| (bool as std::uint8_t holding 0 or 1).
 template <typename F>
@@ -19,6 +28,10 @@ void visit_dtype(DType t, F f) {
   switch (t) {
     case DType::f32:
       return f(float{});
+    case DType::f16:
+      return f(F16{});
+    case DType::bf16:
+      return f(BF16{});
     case DType::f64:
       return f(double{});
     case DType::i32:
@@ -35,10 +48,19 @@ void visit_dtype(DType t, F f) {
 }
 
 // One value converted as Tensor::to(DType) promises: float to integer truncates (saturating, NaN
-// to 0), anything to bool is != 0, integers wrap.
+// to 0), anything to bool is != 0, integers wrap; f16 and bf16 go through f32 and round to
+// nearest even.
 template <typename D, typename S>
 D convert(S v) {
-  if constexpr (std::is_same_v<D, bool>) {
+  if constexpr (std::is_same_v<S, F16>) {
+    return convert<D>(f16_to_f32(v.bits));
+  } else if constexpr (std::is_same_v<S, BF16>) {
+    return convert<D>(bf16_to_f32(v.bits));
+  } else if constexpr (std::is_same_v<D, F16>) {
+    return F16{f32_to_f16(static_cast<float>(v))};
+  } else if constexpr (std::is_same_v<D, BF16>) {
+    return BF16{f32_to_bf16(static_cast<float>(v))};
+  } else if constexpr (std::is_same_v<D, bool>) {
     return v != S{};
   } else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
     if (std::isnan(v)) return D{};

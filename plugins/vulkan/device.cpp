@@ -134,7 +134,8 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
                 has_extension(physical, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
   if (exec_stats_) exts.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
 
-  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, &f11};
   VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f12, {}};
   vkGetPhysicalDeviceFeatures2(physical, &f2);
 
@@ -149,13 +150,18 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   // 8-bit storage lets portable kernels read and write bool masks (kernels/README.md).
   VkPhysicalDeviceVulkan12Features enable12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   enable12.storageBuffer8BitAccess = f12.storageBuffer8BitAccess;
+  // 16-bit storage lets them store f16 and bf16 elements.
+  VkPhysicalDeviceVulkan11Features enable11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+  enable11.storageBuffer16BitAccess = f11.storageBuffer16BitAccess;
+  storage16_ = f11.storageBuffer16BitAccess == VK_TRUE;
   // Timeline semaphores let a read wait for its batch without holding the queue (queue.cpp).
   enable12.timelineSemaphore = f12.timelineSemaphore;
   timeline_ = f12.timelineSemaphore == VK_TRUE;
   VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
   exec.pipelineExecutableInfo = VK_TRUE;
-  if (exec_stats_) enable12.pNext = &exec;
+  enable11.pNext = exec_stats_ ? &exec : nullptr;
+  enable12.pNext = &enable11;
   di.pNext = &enable12;
   di.enabledExtensionCount = static_cast<std::uint32_t>(exts.size());
   di.ppEnabledExtensionNames = exts.data();
@@ -226,6 +232,7 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
       {"largest buffer", fmt::format("{} ({})", format_bytes(max_buffer_), max_buffer_limit_)},
       {"f16", f12.shaderFloat16 ? "yes" : "no"},
       {"8-bit storage", f12.storageBuffer8BitAccess ? "yes" : "no (bool kernels can not run)"},
+      {"16-bit storage", storage16_ ? "yes" : "no (f16 and bf16 can not run)"},
       {"cooperative matrix", coop ? "yes (VK_KHR_cooperative_matrix)" : "no"},
   };
 
@@ -243,6 +250,7 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   traits.tiled_attention = true;
   traits.is_cpu = info_.type == DeviceType::cpu;
   traits.compute_units = info_.compute_units;
+  traits.storage16 = storage16_;
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), memory type {}", id_, info_.name, info_.driver, type);

@@ -273,6 +273,7 @@ class VulkanDevice final : public Device {
   std::uint32_t family_ = 0;
   bool budget_ext_ = false;
   bool timeline_ = false;
+  bool storage16_ = false;  // storageBuffer16BitAccess enabled
   std::uint32_t timestamp_bits_ = 0;
   bool exec_stats_ = false;
   VkDeviceSize max_buffer_ = 0;

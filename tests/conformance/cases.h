@@ -25,6 +25,7 @@ std::vector<Case> grad_cases();
 // --- tensor API: casts, factories, indexing ---
 std::vector<Case> tensor_cases();       // test_tensor.cpp
 std::vector<Case> tensor_grad_cases();  // test_tensor_grad.cpp
+std::vector<Case> half_cases();         // test_half.cpp: f16, bf16
 
 // --- element-wise math, comparisons, selection ---
 // test_pointwise.cpp (values) and test_grad_pointwise.cpp (gradients).

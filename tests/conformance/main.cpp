@@ -177,6 +177,7 @@ int main(int argc, char** argv) {
     // --- tensor API: casts, factories, indexing ---
     conformance::register_cases("Tensor", d, conformance::tensor_cases());
     conformance::register_cases("TensorGrad", d, conformance::tensor_grad_cases());
+    conformance::register_cases("Half", d, conformance::half_cases());
 
     // --- element-wise math, comparisons, selection ---
     conformance::register_cases("Ops", d, conformance::pointwise_cases());

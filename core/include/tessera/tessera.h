@@ -3,6 +3,7 @@
 
 #include "tessera/device.h"
 #include "tessera/errors.h"
+#include "tessera/half.h"
 #include "tessera/ops.h"
 #include "tessera/runtime.h"
 #include "tessera/tensor.h"

@@ -72,6 +72,8 @@ typedef struct {
 #define STB(k, i, x) (((__global uchar*)t##k)[TK_AT(k, i)] = (uchar)(x))
 #define LDL(k, i) ((int)((__global const long*)t##k)[TK_AT(k, i)])
 #define STL(k, i, x) (((__global long*)t##k)[TK_AT(k, i)] = (long)(x))
+#define LDS(k, i) ((int)((__global const ushort*)t##k)[TK_AT(k, i)])
+#define STS(k, i, x) (((__global ushort*)t##k)[TK_AT(k, i)] = (ushort)(x))
 
 #define TO_F(x) ((float)(x))
 #define TO_I(x) ((int)(x))

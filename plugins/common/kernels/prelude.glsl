@@ -5,6 +5,9 @@
 #ifdef TK_BYTES
 #extension GL_EXT_shader_8bit_storage : require
 #endif
+#ifdef TK_HALF
+#extension GL_EXT_shader_16bit_storage : require
+#endif
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int TK_SHM = 1;
@@ -43,6 +46,14 @@ shared float tk_shm[TK_SHM];
 #define TK_ACCESS_RW
 #define TK_ACCESS_RO readonly restrict
 #define TK_ACCESS_WO writeonly restrict
+// 16-bit stores (STS, STH, STBH) need 16-bit storage (the build defines TK_HALF for a kernel
+// naming them); 16-bit loads read the 32-bit view and need nothing.
+#ifdef TK_HALF
+#define TK_HALF_VIEW(k) \
+  layout(binding = k) TK_ACCESS(k) buffer TkS##k { uint16_t v[]; } tk_s##k;
+#else
+#define TK_HALF_VIEW(k)
+#endif
 #define TK_PASTE(a, b) a##b
 #define TK_ACCESS_OF(mode) TK_PASTE(TK_ACCESS_, mode)
 #define TK_ACCESS(k) TK_ACCESS_OF(TK_MODE_##k)
@@ -50,7 +61,8 @@ shared float tk_shm[TK_SHM];
   layout(binding = k) TK_ACCESS(k) buffer TkF##k { float v[]; } tk_f##k;  \
   layout(binding = k) TK_ACCESS(k) buffer TkV##k { vec4 v[]; } tk_v##k;   \
   layout(binding = k) TK_ACCESS(k) buffer TkI##k { int v[]; } tk_i##k;    \
-  TK_BYTE_VIEW(k)
+  TK_BYTE_VIEW(k)                                                         \
+  TK_HALF_VIEW(k)
 TK_BUFFER(0)
 TK_BUFFER(1)
 TK_BUFFER(2)
@@ -86,6 +98,8 @@ TK_BUFFER(7)
 #define LDB(k, i) int(tk_b##k.v[TK_AT(k, i)])
 #define STB(k, i, x) (tk_b##k.v[TK_AT(k, i)] = uint8_t(x))
 #define LDL(k, i) tk_i##k.v[2 * TK_AT(k, i)]
+#define LDS(k, i) ((tk_i##k.v[TK_AT(k, i) >> 1] >> ((TK_AT(k, i) & 1) << 4)) & 0xffff)
+#define STS(k, i, x) (tk_s##k.v[TK_AT(k, i)] = uint16_t(x))
 #define STL(k, i, x) tk_stl_##k(TK_AT(k, i), (x))
 
 #define TO_F(x) float(x)

@@ -1,0 +1,258 @@
+// Conformance of the 16-bit floats (f16, bf16) on every device: casts to and from every dtype
+// (the bits of tessera/half.h's rounding, exactly, including ties, subnormals, overflow and NaN),
+// copies through strided views, fills, and the GEMMs (matmul, addmm, bmm) against float64 sums
+// of the rounded inputs, within the output's rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "cases.h"
+#include "tessera/tessera.h"
+
+using namespace tessera;
+using namespace tessera::conformance;
+
+namespace {
+
+constexpr DType kHalves[] = {DType::f16, DType::bf16};
+
+std::uint16_t narrow(DType t, float v) {
+  return t == DType::f16 ? f32_to_f16(v) : f32_to_bf16(v);
+}
+
+float widen(DType t, std::uint16_t b) {
+  return t == DType::f16 ? f16_to_f32(b) : bf16_to_f32(b);
+}
+
+// The stored bits of a 16-bit tensor (contiguous order).
+std::vector<std::uint16_t> bits(const Tensor& t) {
+  std::vector<std::uint16_t> v(static_cast<std::size_t>(t.numel()));
+  t.contiguous().copy_to_host(v.data(), v.size() * 2, t.dtype());
+  return v;
+}
+
+// f32 values that exercise the rounding: random normals at several scales, ties at f16's and
+// bf16's last bit, f16's subnormals and its overflow edge, signed zeros, infinities, NaN.
+Vec edge_values(std::int64_t n) {
+  Vec v = randn(n);
+  const float scales[] = {1e-6f, 1e-3f, 1.0f, 300.0f, 6e4f, 1e20f};
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] *= scales[i % 6];
+  const Vec fixed = {0.0f,
+                     -0.0f,
+                     INFINITY,
+                     -INFINITY,
+                     NAN,
+                     65504.0f,
+                     65519.99f,
+                     65520.0f,
+                     -65536.0f,
+                     1.0f + 1.0f / 2048.0f,  // f16 tie, rounds down to even
+                     1.0f + 3.0f / 2048.0f,  // f16 tie, rounds up to even
+                     1.0f + 1.0f / 256.0f,   // bf16 tie, down
+                     1.0f + 3.0f / 256.0f,   // bf16 tie, up
+                     5.9604645e-8f,          // f16's smallest subnormal
+                     2.9802322e-8f,          // half of it: a tie to zero
+                     3.0e-8f,                // just above: the smallest subnormal
+                     6.0975552e-5f,          // f16's largest subnormal
+                     6.1035156e-5f,          // f16's smallest normal
+                     1e-40f,                 // an f32 subnormal
+                     std::numeric_limits<float>::max()};
+  for (std::size_t i = 0; i < fixed.size() && i < v.size(); ++i) v[i] = fixed[i];
+  return v;
+}
+
+Case cast_from_f32(DType t) {
+  return {fmt::format("cast_f32_to_{}_bits", dtype_name(t)), OpId::cast, [t](Device& d) {
+            for (const Shape& s : {Shape{1}, Shape{3}, Shape{127}, Shape{1025}, Shape{0, 4}}) {
+              const Vec v = edge_values(s.numel());
+              const std::vector<std::uint16_t> got = bits(Tensor::from(v, s, &d).to(t));
+              ASSERT_EQ(got.size(), v.size());
+              for (std::size_t i = 0; i < v.size(); ++i) {
+                const std::uint16_t want = narrow(t, v[i]);
+                if (std::isnan(v[i]))  // any quiet NaN
+                  EXPECT_TRUE(std::isnan(widen(t, got[i]))) << "element " << i;
+                else
+                  ASSERT_EQ(got[i], want) << "element " << i << ": " << v[i];
+              }
+            }
+          }};
+}
+
+Case cast_round_trip(DType t) {
+  return {fmt::format("cast_{}_round_trip", dtype_name(t)), OpId::cast, [t](Device& d) {
+            // Through a transposed view: 16-bit to f32 exactly, f32 back to the same bits, to the
+            // other 16-bit type (through f32), to i32 (truncating) and to bool.
+            const Vec v = edge_values(15);
+            Vec finite = v;
+            for (float& x : finite)
+              if (!std::isfinite(x) || std::abs(x) > 1e9f) x = 1.5f;
+            const Tensor h = Tensor::from(finite, {3, 5}, &d).to(t).t();  // [5, 3]
+            const std::vector<std::uint16_t> hb = bits(Tensor::from(finite, {3, 5}, &d).to(t));
+            const Vec back = h.to(DType::f32).to_vector<float>();
+            const DType other = t == DType::f16 ? DType::bf16 : DType::f16;
+            const std::vector<std::uint16_t> ob = bits(h.to(other));
+            const auto ints = h.to(DType::i32).to_vector<std::int32_t>();
+            const auto mask = h.to(DType::boolean).to_vector<std::uint8_t>();
+            for (int i = 0; i < 5; ++i)
+              for (int j = 0; j < 3; ++j) {
+                const std::size_t at = static_cast<std::size_t>(i * 3 + j),
+                                  src = static_cast<std::size_t>(j * 5 + i);
+                const float w = widen(t, hb[src]);
+                EXPECT_EQ(back[at], w) << "element " << at;
+                EXPECT_EQ(ob[at], narrow(other, w)) << "element " << at;
+                const std::int32_t want =
+                    std::isinf(w) ? (w > 0 ? std::numeric_limits<std::int32_t>::max()
+                                           : std::numeric_limits<std::int32_t>::min())
+                                  : static_cast<std::int32_t>(std::trunc(w));  // saturating
+                EXPECT_EQ(ints[at], want) << "element " << at;
+                EXPECT_EQ(mask[at], w != 0.0f ? 1 : 0) << "element " << at;
+              }
+            EXPECT_EQ(bits(h.to(DType::f32).to(t).t().contiguous()), hb);
+            // Integers and masks to 16 bits.
+            const std::vector<std::int32_t> iv = {-70000, -2049, -7, 0, 3, 2051, 65519, 70000};
+            const std::vector<std::uint16_t> ib =
+                bits(Tensor::from<std::int32_t>(iv, {8}, &d).to(t));
+            for (std::size_t i = 0; i < iv.size(); ++i)
+              EXPECT_EQ(ib[i], narrow(t, static_cast<float>(iv[i]))) << iv[i];
+            const std::vector<std::uint8_t> m = {1, 0, 1};
+            const std::vector<std::uint16_t> mb = bits(Tensor::from_mask(m, {3}, &d).to(t));
+            EXPECT_EQ(mb, (std::vector<std::uint16_t>{narrow(t, 1.0f), 0, narrow(t, 1.0f)}));
+          }};
+}
+
+Case copies(DType t) {
+  return {fmt::format("copy_fill_{}", dtype_name(t)), OpId::copy, [t](Device& d) {
+            // contiguous() of a transposed view (copy), cat (copy_into), a strided copy_ and fills.
+            const Vec v = randn(7 * 9);
+            const Tensor x = Tensor::from(v, {7, 9}, &d).to(t);
+            const std::vector<std::uint16_t> xb = bits(x);
+            const std::vector<std::uint16_t> tb = bits(x.t().contiguous());
+            for (int i = 0; i < 9; ++i)
+              for (int j = 0; j < 7; ++j) ASSERT_EQ(tb[i * 7 + j], xb[j * 9 + i]);
+            const std::vector<std::uint16_t> cb = bits(cat({x, x.narrow(0, 2, 3)}, 0));
+            ASSERT_EQ(cb.size(), 10u * 9);
+            for (std::size_t i = 0; i < 63; ++i) ASSERT_EQ(cb[i], xb[i]);
+            for (std::size_t i = 0; i < 27; ++i) ASSERT_EQ(cb[63 + i], xb[18 + i]);
+            Tensor z = zeros({4, 9}, t, &d);
+            copy_(z.narrow(0, 1, 2), x.narrow(0, 4, 2));
+            const std::vector<std::uint16_t> zb = bits(z);
+            for (std::size_t i = 0; i < 36; ++i)
+              ASSERT_EQ(zb[i], i >= 9 && i < 27 ? xb[36 + (i - 9)] : 0) << "element " << i;
+            for (const double value : {3.3, -1e-6, 7e4}) {
+              const std::vector<std::uint16_t> fb = bits(Tensor::full({5, 3}, value, t, &d));
+              for (std::uint16_t b : fb) ASSERT_EQ(b, narrow(t, static_cast<float>(value)));
+            }
+          }};
+}
+
+// The GEMM's normalised error bound in |t|: the output's rounding (half an ulp, relative) and f32
+// sums, with room for the error's spread.
+double gemm_tolerance(DType t) {
+  return t == DType::f16 ? 1e-3 : 8e-3;
+}
+
+// Host values of |v| rounded to |t|, as the device holds them after Tensor::to(t).
+Vec rounded(DType t, Vec v) {
+  for (float& x : v) x = widen(t, narrow(t, x));
+  return v;
+}
+
+void expect_gemm(DType t, const Tensor& y, const std::vector<double>& ref) {
+  ASSERT_EQ(y.dtype(), t);
+  const Vec got = y.to(DType::f32).to_vector<float>();
+  ASSERT_EQ(got.size(), ref.size());
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  const double err = std::sqrt(num / std::max(den, 1e-30));
+  EXPECT_LT(err, gemm_tolerance(t)) << "normalised error " << err;
+  // Not better than exact either: the output is rounded to |t| (a wrong dtype path would show).
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i], widen(t, narrow(t, got[i])))
+        << "element " << i << " is not a " << dtype_name(t);
+}
+
+struct GemmSize {
+  const char* name;
+  std::int64_t m, n, k;
+};
+
+Case matmul_case(DType t, GemmSize s, bool ta, bool tb, bool bias) {
+  return {fmt::format("{}_{}_{}{}{}", bias ? "addmm" : "matmul", dtype_name(t), s.name,
+                      ta ? "T" : "N", tb ? "T" : "N"),
+          bias ? OpId::addmm : OpId::matmul, [=](Device& d) {
+            const std::int64_t m = s.m, n = s.n, k = s.k;
+            const Vec a = rounded(t, randn(m * k)), b = rounded(t, randn(k * n)),
+                      c = rounded(t, randn(n));
+            std::vector<double> ref(static_cast<std::size_t>(m * n));
+            for (std::int64_t i = 0; i < m; ++i)
+              for (std::int64_t j = 0; j < n; ++j) {
+                double sum = bias ? c[j] : 0.0;
+                for (std::int64_t p = 0; p < k; ++p)
+                  sum +=
+                      double(ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
+                ref[i * n + j] = sum;
+              }
+            const Tensor at = Tensor::from(a, ta ? Shape{k, m} : Shape{m, k}, &d).to(t);
+            const Tensor bt = Tensor::from(b, tb ? Shape{n, k} : Shape{k, n}, &d).to(t);
+            const Tensor y = bias ? addmm(at, bt, Tensor::from(c, {n}, &d).to(t), ta, tb)
+                                  : matmul(at, bt, ta, tb);
+            expect_gemm(t, y, ref);
+          }};
+}
+
+Case bmm_case(DType t) {
+  return {fmt::format("bmm_{}", dtype_name(t)), OpId::bmm, [t](Device& d) {
+            // Broadcast batch dimensions, b transposed; then a long K on few matrices.
+            for (const auto& [bs, m, n, k] :
+                 {std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>{3, 17, 9, 33},
+                  {2, 5, 6, 2100}}) {
+              const Vec a = rounded(t, randn(bs * m * k)), b = rounded(t, randn(n * k));
+              std::vector<double> ref(static_cast<std::size_t>(bs * m * n));
+              for (std::int64_t q = 0; q < bs; ++q)
+                for (std::int64_t i = 0; i < m; ++i)
+                  for (std::int64_t j = 0; j < n; ++j) {
+                    double sum = 0;
+                    for (std::int64_t p = 0; p < k; ++p)
+                      sum += double(a[(q * m + i) * k + p]) * b[j * k + p];
+                    ref[(q * m + i) * n + j] = sum;
+                  }
+              const Tensor y = bmm(Tensor::from(a, {bs, m, k}, &d).to(t),
+                                   Tensor::from(b, {1, n, k}, &d).to(t), false, true);
+              EXPECT_EQ(y.shape(), (Shape{bs, m, n}));
+              expect_gemm(t, y, ref);
+            }
+          }};
+}
+
+}  // namespace
+
+namespace tessera::conformance {
+
+std::vector<Case> half_cases() {
+  std::vector<Case> c;
+  for (DType t : kHalves) {
+    c.push_back(cast_from_f32(t));
+    c.push_back(cast_round_trip(t));
+    c.push_back(copies(t));
+    // Every transpose pair in f16, two in bf16 (each pair is a kernel variant to compile on the
+    // GPUs; the dtype only changes the loads).
+    for (const GemmSize s : {GemmSize{"odd", 37, 53, 29}, GemmSize{"tiles", 130, 70, 64},
+                             GemmSize{"long_k", 9, 7, 2100}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          if (t == DType::f16 || ta == tb) c.push_back(matmul_case(t, s, ta, tb, false));
+    c.push_back(matmul_case(t, {"odd", 37, 53, 29}, false, true, true));
+    c.push_back(matmul_case(t, {"long_k", 9, 7, 2100}, false, false, true));
+    c.push_back(bmm_case(t));
+  }
+  return c;
+}
+
+}  // namespace tessera::conformance
