@@ -1,10 +1,11 @@
 // tessera-bench: speed of Tessera's devices beside a peer measured in the same run, as JSON.
 //
 // Cases:
-//   sgemm     C = A B at square sizes on each device. CPU devices run beside OpenBLAS's cblas_sgemm
-//             called directly (with the core type the CPU plugin chose); GPUs beside PyTorch's
-//             torch.matmul on CUDA with TF32 off (bench/gpu_peer.py). A GPU run times 10 calls
-//             and one synchronize, as the peer does.
+//   sgemm     C = A B at square sizes on each device, in --dtype (f32; f16 or bf16: inputs and
+//             output in that dtype, sums in f32). CPU devices run beside OpenBLAS's cblas_sgemm
+//             called directly (with the core type the CPU plugin chose; f32 only); GPUs beside
+//             PyTorch's torch.matmul on CUDA in the same dtype, TF32 off (bench/gpu_peer.py). A
+//             GPU run times 10 calls and one synchronize, as the peer does.
 //   add       element-wise add of two 2^26-element f32 tensors on GPUs (2^23 on CPU devices), in
 //             GB/s of bytes read and written, beside a device-to-device copy of the same length:
 //             PyTorch's on CUDA for GPUs, memcpy for CPU devices.
@@ -180,11 +181,12 @@ int calls_per_run(const Device& dev, std::int64_t n) {
   return static_cast<int>(std::clamp<std::int64_t>((std::int64_t{1} << 28) / (n * n * n), 1, 64));
 }
 
-json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, const json& gpu_peer,
-                 bool profile, std::mt19937& rng) {
+json bench_sgemm(Device& dev, std::int64_t n, DType dtype, int repeat, OpenBlas& peer,
+                 const json& gpu_peer, bool profile, std::mt19937& rng) {
   const auto a = random_vector(static_cast<std::size_t>(n * n), rng);
   const auto b = random_vector(static_cast<std::size_t>(n * n), rng);
-  const Tensor ta = Tensor::from(a, {n, n}, &dev), tb = Tensor::from(b, {n, n}, &dev);
+  const Tensor ta = Tensor::from(a, {n, n}, &dev).to(dtype),
+               tb = Tensor::from(b, {n, n}, &dev).to(dtype);
   std::vector<float> out(static_cast<std::size_t>(n * n));
   const int ni = static_cast<int>(n);
   const int calls = calls_per_run(dev, n);
@@ -192,7 +194,7 @@ json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, const 
     for (int i = 0; i < calls; ++i) (void)matmul(ta, tb);
     dev.queue().synchronize();
   };
-  const bool blas_peer = peer.sgemm && !is_gpu(dev);
+  const bool blas_peer = peer.sgemm && !is_gpu(dev) && dtype == DType::f32;
   auto theirs = [&] {
     peer.use_all_cores();
     for (int i = 0; i < calls; ++i)
@@ -216,7 +218,8 @@ json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, const 
   }
   const double flop = 2.0 * double(n) * double(n) * double(n);
   const double s = median(t_ours);
-  json r{{"case", "sgemm"}, {"device", dev.id()},      {"m", n}, {"n", n}, {"k", n},
+  json r{{"case", "sgemm"}, {"device", dev.id()}, {"dtype", dtype_name(dtype)},
+         {"m", n},          {"n", n},               {"k", n},
          {"seconds", s},    {"gflops", flop / s / 1e9}};
   if (profile)
     r["kernels"] =
@@ -225,8 +228,8 @@ json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, const 
     if (gpu_peer.contains("error")) r["peer_error"] = gpu_peer["error"];
     for (const json& p : gpu_peer.value("sgemm", json::array()))
       if (p["n"] == n) {
-        r["peer"] = fmt::format("{} torch.matmul fp32, TF32 off, on {}",
-                                gpu_peer["peer"].get<std::string>(),
+        r["peer"] = fmt::format("{} torch.matmul {}, TF32 off, on {}",
+                                gpu_peer["peer"].get<std::string>(), dtype_name(dtype),
                                 gpu_peer["device_name"].get<std::string>());
         r["peer_gflops"] = p["gflops"];
         r["ratio"] = p["seconds"].get<double>() / s;
@@ -236,6 +239,8 @@ json bench_sgemm(Device& dev, std::int64_t n, int repeat, OpenBlas& peer, const 
     r["peer"] = fmt::format("OpenBLAS cblas_sgemm ({})", peer.core);
     r["peer_gflops"] = flop / ps / 1e9;
     r["ratio"] = ps / s;
+  } else if (dtype != DType::f32) {
+    r["peer_error"] = "OpenBLAS has no f16 or bf16 GEMM: no CPU peer for this dtype";
   }
   return r;
 }
@@ -961,7 +966,7 @@ int main(int argc, char** argv) {
   start_environment();  // before any plugin loads
   po::options_description opts("Usage: tessera-bench [options]\n\nOptions");
   std::string device_list, cases, out_file, torch_python = "python3", models = "mlp,cnn";
-  std::string op_size = "full", model_size = "full";
+  std::string op_size = "full", model_size = "full", dtype_text = "f32";
   std::string peer_dir = default_peer_dir();
   std::vector<std::int64_t> sizes;
   int repeat = 5, train_steps = 20, rounds = 1;
@@ -973,6 +978,8 @@ int main(int argc, char** argv) {
       "cases", po::value(&cases)->default_value("sgemm,add,dispatch"),
       "comma list: sgemm, add, dispatch, train, fit, bmm, layer_norm, attention, "
       "embedding_backward")(
+      "dtype", po::value(&dtype_text)->default_value(dtype_text),
+      "sgemm case: f32, f16 or bf16 (inputs and output; sums in f32)")(
       "op-size", po::value(&op_size)->default_value(op_size),
       "the op cases' sizes: full (bench_ops.h), or tiny (a few elements, for a smoke test)")(
       "train-steps", po::value(&train_steps)->default_value(train_steps),
@@ -1018,6 +1025,8 @@ int main(int argc, char** argv) {
     po::notify(vm);
     if (repeat < 1) throw po::error("--repeat must be at least 1");
     if (rounds < 1) throw po::error("--rounds must be at least 1");
+    if (dtype_text != "f32" && dtype_text != "f16" && dtype_text != "bf16")
+      throw po::error(fmt::format("--dtype: '{}' is not f32, f16 or bf16", dtype_text));
     if (op_size != "full" && op_size != "tiny")
       throw po::error(fmt::format("--op-size: '{}' is not full or tiny", op_size));
     if (fit.epochs < 1) throw po::error("--epochs must be at least 1");
@@ -1051,6 +1060,8 @@ int main(int argc, char** argv) {
       for (const DeviceSpec& spec : parse_device_list(device_list, "--devices"))
         targets.push_back(&device(spec.str()));
     }
+    const DType dtype =
+        dtype_text == "f16" ? DType::f16 : dtype_text == "bf16" ? DType::bf16 : DType::f32;
     OpenBlas peer;  // opened after the plugins, so it shares the CPU plugin's OpenBLAS
     std::mt19937 rng(std::random_device{}());
     json results = json::array();
@@ -1083,11 +1094,11 @@ int main(int argc, char** argv) {
           size_list += fmt::format("{}{}", size_list.empty() ? "" : ",", n);
         gpu_peer = run_peer(torch_python, peer_dir + "/gpu_peer.py",
                             {"--sizes", size_list, "--elements", std::to_string(kAddElementsGpu),
-                             "--repeat", std::to_string(repeat)});
+                             "--repeat", std::to_string(repeat), "--dtype", dtype_text});
       }
       if (do_sgemm)
         for (std::int64_t n : sizes) {
-          results.push_back(bench_sgemm(*d, n, repeat, peer, gpu_peer, profile, rng));
+          results.push_back(bench_sgemm(*d, n, dtype, repeat, peer, gpu_peer, profile, rng));
           std::cerr << results.back().dump() << "\n";
         }
       if (do_add) {

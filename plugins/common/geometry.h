@@ -154,12 +154,15 @@ inline float scalar_of(const OpCall& call) {
              : 0.0f;
 }
 
-// Whether extents and element offsets are all multiples of 4, so that kernels may read and write
-// them as 4-float vectors.
-inline bool multiples_of_4(std::initializer_list<std::int64_t> values) {
+// Whether extents and element offsets are all multiples of |q|: of 4 so that kernels may read and
+// write them as 4-float vectors, of 8 for 16-byte groups of halves.
+inline bool multiples_of(std::int64_t q, std::initializer_list<std::int64_t> values) {
   for (const std::int64_t v : values)
-    if (v % 4) return false;
+    if (v % q) return false;
   return true;
+}
+inline bool multiples_of_4(std::initializer_list<std::int64_t> values) {
+  return multiples_of(4, values);
 }
 
 // Sums over long contiguous rows use a work-group per row instead of an invocation per line.

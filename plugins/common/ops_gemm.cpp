@@ -120,10 +120,36 @@ GemmTiles gemm_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, st
   return *best;
 }
 
+namespace {
+
+// The Vulkan plugin's f16 GEMM on matrix units (its shaders/gemm_coopmat.comp: 128 x 128 tiles,
+// 16-byte loads and stores), where the device has them and the operands fit its loads: every
+// row (and each binding's offset, and every matrix stride) a multiple of 8 halves. No bias.
+bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
+               bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const BatchDims& g) {
+  if (!l.traits().coop_f16 || a.dtype() != DType::f16 || k == 0) return false;
+  bool fits =
+      multiples_of(8, {trans_a ? m : k, trans_b ? k : n, n, a.offset(), b.offset(), c.offset()});
+  for (int d = 0; d < g.rank; ++d) fits = fits && g.stride_a[d] % 8 == 0 && g.stride_b[d] % 8 == 0;
+  if (!fits) return false;
+  constexpr std::int64_t kTile = 128;
+  const std::int64_t across = (n + kTile - 1) / kTile, tiles = across * ((m + kTile - 1) / kTile);
+  Launch launch(l, "gemm_coopmat", {(trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0)});
+  launch.in(a).in(b).out(c).i(m).i(n).i(k).i(across).i(tiles).i(g.rank);
+  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.shape[d] : 1);
+  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_a[d] : 0);
+  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_b[d] : 0);
+  launch.i(g.count).group(256).groups(g.count * tiles);
+  return true;
+}
+
+}  // namespace
+
 void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
           bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
           const BatchDims& g) {
   if (m == 0 || n == 0 || g.count == 0) return;
+  if (!bias && coop_gemm(l, a, b, c, trans_a, trans_b, m, n, k, g)) return;
   GemmTiles t = gemm_tiles(l.traits(), m, n, g.count);
   // A small output with a long K (a weight gradient: K is the batch's tokens) leaves compute
   // units idle with any tiles: K is split in parts of at least 1024, on GPUs with the largest

@@ -43,6 +43,9 @@ struct GpuTraits {
   // Kernels may store 16-bit elements (Vulkan's storageBuffer16BitAccess; always in OpenCL C):
   // without it, no call with an f16 or bf16 tensor runs (PortableKernel::supports).
   bool storage16 = true;
+  // The Vulkan plugin's f16 GEMM on matrix units runs here (its shaders/gemm_coopmat.comp:
+  // VK_NV_cooperative_matrix, 16 x 8 x 16 f16 products, subgroups of 32).
+  bool coop_f16 = false;
 };
 
 class Launcher;

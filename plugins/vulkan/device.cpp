@@ -101,9 +101,28 @@ std::uint32_t pick_staging(const VkPhysicalDeviceMemoryProperties& mp) {
   return static_cast<std::uint32_t>(best);
 }
 
+// Whether VK_NV_cooperative_matrix offers the shape shaders/gemm_coopmat.comp uses: 16 x 8 x 16,
+// A and B f16, C and D f32, per subgroup.
+bool has_coop_shape(VkInstance instance, VkPhysicalDevice physical) {
+  const auto props = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+      vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+  if (!props) return false;
+  std::uint32_t n = 0;
+  if (props(physical, &n, nullptr) != VK_SUCCESS) return false;
+  std::vector<VkCooperativeMatrixPropertiesNV> shapes(
+      n, VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+  if (props(physical, &n, shapes.data()) != VK_SUCCESS) return false;
+  for (const auto& s : shapes)
+    if (s.MSize == 16 && s.NSize == 8 && s.KSize == 16 && s.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+        s.BType == VK_COMPONENT_TYPE_FLOAT16_NV && s.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+        s.DType == VK_COMPONENT_TYPE_FLOAT32_NV && s.scope == VK_SCOPE_SUBGROUP_NV)
+      return true;
+  return false;
+}
+
 }  // namespace
 
-VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
+VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int index)
     : id_(fmt::format("vulkan:{}", index)), physical_(physical) {
   vkGetPhysicalDeviceProperties(physical, &props_);
   if (VK_API_VERSION_MINOR(props_.apiVersion) < 2 && VK_API_VERSION_MAJOR(props_.apiVersion) == 1)
@@ -136,8 +155,18 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
 
   VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, &f11};
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  const bool coop_nv = has_extension(physical, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  if (coop_nv) f11.pNext = &fcm;
   VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f12, {}};
   vkGetPhysicalDeviceFeatures2(physical, &f2);
+  // Matrix units for f16 GEMMs (shaders/gemm_coopmat.comp): VK_NV_cooperative_matrix offering
+  // 16 x 8 x 16 products of f16 summed in f32 over a subgroup, with f16 arithmetic types and
+  // 16-bit storage. (The KHR extension needs a newer glslang than Debian 12's to compile for.)
+  coop_f16_ = coop_nv && fcm.cooperativeMatrix && f12.shaderFloat16 &&
+              f11.storageBuffer16BitAccess && has_coop_shape(instance, physical);
+  if (coop_f16_) exts.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
 
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -153,6 +182,10 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   // 16-bit storage lets them store f16 and bf16 elements.
   VkPhysicalDeviceVulkan11Features enable11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   enable11.storageBuffer16BitAccess = f11.storageBuffer16BitAccess;
+  enable12.shaderFloat16 = coop_f16_ ? VK_TRUE : VK_FALSE;
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV enable_cm{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  enable_cm.cooperativeMatrix = VK_TRUE;
   storage16_ = f11.storageBuffer16BitAccess == VK_TRUE;
   // Timeline semaphores let a read wait for its batch without holding the queue (queue.cpp).
   enable12.timelineSemaphore = f12.timelineSemaphore;
@@ -161,6 +194,10 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
   exec.pipelineExecutableInfo = VK_TRUE;
   enable11.pNext = exec_stats_ ? &exec : nullptr;
+  if (coop_f16_) {
+    enable_cm.pNext = enable11.pNext;
+    enable11.pNext = &enable_cm;
+  }
   enable12.pNext = &enable11;
   di.pNext = &enable12;
   di.enabledExtensionCount = static_cast<std::uint32_t>(exts.size());
@@ -233,7 +270,11 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
       {"f16", f12.shaderFloat16 ? "yes" : "no"},
       {"8-bit storage", f12.storageBuffer8BitAccess ? "yes" : "no (bool kernels can not run)"},
       {"16-bit storage", storage16_ ? "yes" : "no (f16 and bf16 can not run)"},
-      {"cooperative matrix", coop ? "yes (VK_KHR_cooperative_matrix)" : "no"},
+      {"cooperative matrix",
+       coop_f16_ ? "yes: f16 GEMMs on it (VK_NV_cooperative_matrix)"
+       : coop    ? "VK_KHR_cooperative_matrix only (unused: Debian 12's glslang can not "
+                   "compile for it)"
+                 : "no"},
   };
 
   device_pool_ = std::make_unique<MemoryPool>(*this, type, mp.memoryTypes[type].heapIndex, mapped);
@@ -251,6 +292,7 @@ VulkanDevice::VulkanDevice(VkPhysicalDevice physical, int index)
   traits.is_cpu = info_.type == DeviceType::cpu;
   traits.compute_units = info_.compute_units;
   traits.storage16 = storage16_;
+  traits.coop_f16 = coop_f16_ && sub.subgroupSize == 32;
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), memory type {}", id_, info_.name, info_.driver, type);

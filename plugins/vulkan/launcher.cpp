@@ -1,5 +1,6 @@
 // The Vulkan half of the portable kernel layer (../common/portable.h): a portable kernel is the
-// SPIR-V module NAME.tk.spv, specialised with the work-group size (constant 0), the shared
+// SPIR-V module NAME.tk.spv (or, for the few the plugin writes itself, shaders/NAME.comp as
+// NAME.spv: Pipelines::get), specialised with the work-group size (constant 0), the shared
 // scratch size (1) and V0..V3 (2..5); tensors are push descriptors, words push constants.
 #include <algorithm>
 

@@ -153,7 +153,11 @@ VkPipeline Pipelines::get(std::string_view shader, std::span<const std::int32_t>
 
   auto module = modules_.find(shader);
   if (module == modules_.end()) {
-    const auto code = embedded_file(fmt::format("{}.spv", shader));
+    auto code = embedded_file(fmt::format("{}.spv", shader));
+    // A kernel the portable layer launches that this plugin writes itself (shaders/NAME.comp,
+    // embedded as NAME.spv): the matrix-unit GEMM.
+    if (code.empty() && shader.ends_with(".tk"))
+      code = embedded_file(fmt::format("{}.spv", shader.substr(0, shader.size() - 3)));
     if (code.empty())
       throw BackendError(fmt::format("{}.spv is not embedded in the vulkan plugin", shader));
     VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};

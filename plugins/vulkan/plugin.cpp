@@ -36,7 +36,8 @@ class VulkanBackend final : public common::OwningBackend {
     std::vector<std::string> skipped;
     for (VkPhysicalDevice pd : physical) {
       try {
-        devices_.push_back(std::make_unique<VulkanDevice>(pd, static_cast<int>(devices_.size())));
+        devices_.push_back(
+            std::make_unique<VulkanDevice>(instance_, pd, static_cast<int>(devices_.size())));
       } catch (const Error& e) {
         skipped.push_back(e.what());
         log().warn("vulkan: skipping a device: {}", e.what());

@@ -222,7 +222,7 @@ class VulkanLauncher final : public common::Launcher {
 
 class VulkanDevice final : public Device {
  public:
-  VulkanDevice(VkPhysicalDevice physical, int index);
+  VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int index);
   ~VulkanDevice() override;
   const DeviceInfo& info() const override { return info_; }
   Allocator& allocator() override { return allocator_; }
@@ -274,6 +274,7 @@ class VulkanDevice final : public Device {
   bool budget_ext_ = false;
   bool timeline_ = false;
   bool storage16_ = false;  // storageBuffer16BitAccess enabled
+  bool coop_f16_ = false;   // VK_NV_cooperative_matrix enabled for f16 GEMMs
   std::uint32_t timestamp_bits_ = 0;
   bool exec_stats_ = false;
   VkDeviceSize max_buffer_ = 0;

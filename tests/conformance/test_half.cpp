@@ -212,7 +212,8 @@ Case bmm_case(DType t) {
             // Broadcast batch dimensions, b transposed; then a long K on few matrices.
             for (const auto& [bs, m, n, k] :
                  {std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>{3, 17, 9, 33},
-                  {2, 5, 6, 2100}}) {
+                  {2, 5, 6, 2100},
+                  {3, 136, 24, 40}}) {
               const Vec a = rounded(t, randn(bs * m * k)), b = rounded(t, randn(n * k));
               std::vector<double> ref(static_cast<std::size_t>(bs * m * n));
               for (std::int64_t q = 0; q < bs; ++q)
@@ -243,8 +244,11 @@ std::vector<Case> half_cases() {
     c.push_back(copies(t));
     // Every transpose pair in f16, two in bf16 (each pair is a kernel variant to compile on the
     // GPUs; the dtype only changes the loads).
+    // "aligned" and "aligned_long_k" (rows of multiples of 8 halves) take the Vulkan plugin's
+    // matrix-unit GEMM where the device has one, with edge tiles.
     for (const GemmSize s : {GemmSize{"odd", 37, 53, 29}, GemmSize{"tiles", 130, 70, 64},
-                             GemmSize{"long_k", 9, 7, 2100}})
+                             GemmSize{"long_k", 9, 7, 2100}, GemmSize{"aligned", 136, 264, 72},
+                             GemmSize{"aligned_long_k", 24, 40, 2104}})
       for (bool ta : {false, true})
         for (bool tb : {false, true})
           if (t == DType::f16 || ta == tb) c.push_back(matmul_case(t, s, ta, tb, false));
