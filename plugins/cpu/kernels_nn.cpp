@@ -376,23 +376,23 @@ void max_pool2d_backward_kernel(const OpCall& call, Context& ctx) {
 
 // OpenBLAS takes int dimensions (and the same limit is kept with oneDNN, so that the supported
 // calls do not depend on which library loaded).
-Support blas_sized(const OpCall& call) {
+Support blas_dims(const OpCall& call) {
   for (int i = 0; i < call.num_inputs; ++i)
     for (std::int64_t d : call.in(i).shape())
       if (d > std::numeric_limits<int>::max())
         return Support::no("a dimension exceeds the GEMM library's 32-bit limit");
+  return Support::yes();
+}
+
+Support blas_sized(const OpCall& call) {
+  if (Support s = blas_dims(call); !s) return s;
   return f32_only(call);
 }
 
 // matmul and addmm: blas_sized, in f32, f16 or bf16 (inputs, bias and output of one dtype).
 Support gemm_supports(const OpCall& call) {
   const DType t = call.out(0).dtype();
-  if (t != DType::f16 && t != DType::bf16) return blas_sized(call);
-  for (int i = 0; i < call.num_inputs; ++i)
-    for (std::int64_t d : call.in(i).shape())
-      if (d > std::numeric_limits<int>::max())
-        return Support::no("a dimension exceeds the GEMM library's 32-bit limit");
-  return Support::yes();
+  return t == DType::f16 || t == DType::bf16 ? blas_dims(call) : blas_sized(call);
 }
 
 }  // namespace
