@@ -132,8 +132,10 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, b
       multiples_of(8, {trans_a ? m : k, trans_b ? k : n, n, a.offset(), b.offset(), c.offset()});
   for (int d = 0; d < g.rank; ++d) fits = fits && g.stride_a[d] % 8 == 0 && g.stride_b[d] % 8 == 0;
   if (!fits) return false;
-  constexpr std::int64_t kTile = 128;
-  const std::int64_t across = (n + kTile - 1) / kTile, tiles = across * ((m + kTile - 1) / kTile);
+  // The kernel's output tile (its WARPS_M * FM * 16 x WARPS_N * FN * 8).
+  constexpr std::int64_t kTileM = 128, kTileN = 128;
+  const std::int64_t across = (n + kTileN - 1) / kTileN,
+                     tiles = across * ((m + kTileM - 1) / kTileM);
   Launch launch(l, "gemm_coopmat", {(trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0)});
   launch.in(a).in(b).out(c).i(m).i(n).i(k).i(across).i(tiles).i(g.rank);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.shape[d] : 1);

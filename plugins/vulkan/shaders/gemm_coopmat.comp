@@ -5,11 +5,11 @@
 // Debian 12's glslang (11.13) compiles GL_NV_cooperative_matrix but not the KHR extension nor
 // bf16 types, so bf16 and devices without the NV extension take gemm.tk.
 //
-// A work-group of 256 invocations (8 subgroups of 32) computes a 128 x 128 tile of one output
-// matrix; subgroup s a 64 x 32 part of it (2 x 4 subgroups), as 4 x 4 fragments of 16 x 8 from
-// 16 x 16 fragments of A and 16 x 8 of B (the m16n8k16 shape of NVIDIA's tensor cores). K goes in
-// slices of 32 halves, two shared-memory buffers: while the subgroups multiply one slice, each
-// invocation holds its four 16-byte chunks of the next in registers. Shared tiles keep the layout
+// A work-group computes a BM x BN tile of one output matrix: WARPS_M x WARPS_N subgroups of 32,
+// each FM x FN fragments of 16 x 8 (from 16 x 16 fragments of A and 16 x 8 of B: the m16n8k16
+// shape of NVIDIA's tensor cores). K goes in slices of 32 halves, two shared-memory buffers:
+// while the subgroups multiply one slice, each invocation holds its 16-byte chunks of the next
+// in registers. Shared tiles keep the layout
 // of the operand in memory (rows of K for A, of N for B; transposed operands' rows of M and K):
 // the fragments load transposed where needed (column-major), so the copy is always row by row,
 // 16 bytes at a time. Rows are padded by 16 bytes against bank conflicts.
@@ -25,7 +25,16 @@
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 
-layout(local_size_x_id = 0) in;
+// The subgroups' layout (CM_TILE_M x CM_TILE_N in ops_gemm.cpp must match): WARPS_M x WARPS_N
+// subgroups, each FM x FN fragments of 16 x 8.
+#ifndef WARPS_M
+#define WARPS_M 2
+#define WARPS_N 4
+#define FM 4
+#define FN 4
+#endif
+#define THREADS (32 * WARPS_M * WARPS_N)
+layout(local_size_x = THREADS) in;
 layout(constant_id = 2) const int V0 = 0;
 
 layout(push_constant) uniform CmPush {
@@ -41,30 +50,38 @@ layout(binding = 2) writeonly restrict buffer CmC { uvec4 v[]; } cm_c;
 #define TRANS_A ((V0 & 1) != 0)
 #define TRANS_B ((V0 & 2) != 0)
 
-const int BM = 128, BN = 128, BK = 32;
+// K slices of BK halves in BUFFERS shared buffers (two: the next slice is stored while this one
+// is multiplied, one barrier a slice; one: stored after it, two barriers).
+#ifndef BK_HALVES
+#define BK_HALVES 32
+#define BUFFERS 2
+#endif
+const int BM = WARPS_M * FM * 16, BN = WARPS_N * FN * 8, BK = BK_HALVES;
 // Padded rows, in uvec4s (8 halves): [BM][BK] and [BN][BK] tiles have rows of BK + 8 halves,
-// [BK][BM] and [BK][BN] of BM + 8.
-const int RK = (BK + 8) / 8, RM = (BM + 8) / 8;
-const int TILE = 640;  // uvec4s of one operand's tile: max(BM * RK, BK * RM)
-shared uvec4 sm[4 * TILE];  // two buffers of A's tile then B's (40 KiB)
+// [BK][BM] and [BK][BN] of BM + 8 and BN + 8.
+const int RK = (BK + 8) / 8, RM = (BM + 8) / 8, RN = (BN + 8) / 8;
+// uvec4s of one buffer's A tile and B tile (either layout), and of the output staging.
+const int TILE_A = max(BM * RK, BK * RM), TILE_B = max(BN * RK, BK * RN);
+const int STAGE = WARPS_M * WARPS_N * FM * 16 * (FN + 1);
+shared uvec4 sm[max(BUFFERS * (TILE_A + TILE_B), STAGE)];
+// 16-byte chunks of a slice per invocation: A's, B's.
+const int CHUNKS_A = BM * BK / 8 / THREADS, CHUNKS_B = BN * BK / 8 / THREADS;
 
-// Chunk c (of 512) of a slice: A's tile starts at row r0, column c0 of a matrix with |cols|
-// columns (and |rows| rows) at uvec4 |base|; zero past the rows. Tiles of 128 x 32 or 32 x 128.
-uvec4 fetch_a(int c, int base, int r0, int c0, int rows, int cols, bool wide) {
-  const int per = wide ? BM / 8 : BK / 8;  // chunks per tile row
-  const int r = r0 + c / per, col = c0 + (c % per) * 8;
+// Chunk c of a slice of a tile of |width| halves a row: the tile starts at row r0, column c0 of
+// a matrix with |cols| columns (and |rows| rows) at uvec4 |base|; zero past the edges.
+uvec4 fetch_a(int c, int base, int r0, int c0, int rows, int cols, int width) {
+  const int r = r0 + c / (width / 8), col = c0 + (c % (width / 8)) * 8;
   if (r >= rows || col >= cols) return uvec4(0u);
   return cm_a.v[base + (r * cols + col) / 8];
 }
-uvec4 fetch_b(int c, int base, int r0, int c0, int rows, int cols, bool wide) {
-  const int per = wide ? BN / 8 : BK / 8;
-  const int r = r0 + c / per, col = c0 + (c % per) * 8;
+uvec4 fetch_b(int c, int base, int r0, int c0, int rows, int cols, int width) {
+  const int r = r0 + c / (width / 8), col = c0 + (c % (width / 8)) * 8;
   if (r >= rows || col >= cols) return uvec4(0u);
   return cm_b.v[base + (r * cols + col) / 8];
 }
-// Where chunk c of a tile goes in shared memory (uvec4 index within the tile).
-int place(int c, bool wide) {
-  return wide ? (c / (BM / 8)) * RM + c % (BM / 8) : (c / (BK / 8)) * RK + c % (BK / 8);
+// Where chunk c of such a tile goes in shared memory (uvec4 index within the tile).
+int place(int c, int width) {
+  return (c / (width / 8)) * ((width + 8) / 8) + c % (width / 8);
 }
 
 void main() {
@@ -88,74 +105,82 @@ void main() {
   }
   const int base_a = (pc.w[0] + oa) / 8, base_b = (pc.w[1] + ob) / 8;
 
-  const int sg = lid / 32;  // subgroup: rows (sg / 4) * 64, columns (sg % 4) * 32 of the tile
-  const int wm = (sg / 4) * 64, wn = (sg % 4) * 32;
-  fcoopmatNV<32, gl_ScopeSubgroup, 16, 8> acc[4][4];
-  [[unroll]] for (int i = 0; i < 4; ++i)
-    [[unroll]] for (int j = 0; j < 4; ++j) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 8>(0.0);
+  const int sg = lid / 32;  // subgroup: rows (sg / WARPS_N) * FM * 16, columns ... * FN * 8
+  const int wm = (sg / WARPS_N) * FM * 16, wn = (sg % WARPS_N) * FN * 8;
+  fcoopmatNV<32, gl_ScopeSubgroup, 16, 8> acc[FM][FN];
+  [[unroll]] for (int i = 0; i < FM; ++i)
+    [[unroll]] for (int j = 0; j < FN; ++j) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 8>(0.0);
 
-  // This invocation's chunks of a slice at k0: A's (2), then B's (2).
-  uvec4 pre[4];
+  // This invocation's chunks of a slice at k0: A's, then B's.
+  uvec4 pre[CHUNKS_A + CHUNKS_B];
 #define FETCH(k0)                                                                          \
-  [[unroll]] for (int q = 0; q < 2; ++q) {                                                 \
-    const int c = lid + q * 256;                                                           \
-    pre[q] = TRANS_A ? fetch_a(c, base_a, (k0), m0, K, M, true)                            \
-                     : fetch_a(c, base_a, m0, (k0), M, K, false);                          \
-    pre[2 + q] = TRANS_B ? fetch_b(c, base_b, n0, (k0), N, K, false)                       \
-                         : fetch_b(c, base_b, (k0), n0, K, N, true);                       \
-  }
+  [[unroll]] for (int q = 0; q < CHUNKS_A; ++q)                                            \
+    pre[q] = TRANS_A ? fetch_a(lid + q * THREADS, base_a, (k0), m0, K, M, BM)              \
+                     : fetch_a(lid + q * THREADS, base_a, m0, (k0), M, K, BK);             \
+  [[unroll]] for (int q = 0; q < CHUNKS_B; ++q)                                            \
+    pre[CHUNKS_A + q] = TRANS_B ? fetch_b(lid + q * THREADS, base_b, n0, (k0), N, K, BK)   \
+                                : fetch_b(lid + q * THREADS, base_b, (k0), n0, K, N, BN);
 #define STORE(buf)                                                                         \
-  [[unroll]] for (int q = 0; q < 2; ++q) {                                                 \
-    const int c = lid + q * 256;                                                           \
-    sm[(buf) * 2 * TILE + place(c, TRANS_A)] = pre[q];                                     \
-    sm[(buf) * 2 * TILE + TILE + place(c, !TRANS_B)] = pre[2 + q];                         \
-  }
+  [[unroll]] for (int q = 0; q < CHUNKS_A; ++q)                                            \
+    sm[(buf) * (TILE_A + TILE_B) + place(lid + q * THREADS, TRANS_A ? BM : BK)] = pre[q];  \
+  [[unroll]] for (int q = 0; q < CHUNKS_B; ++q)                                            \
+    sm[(buf) * (TILE_A + TILE_B) + TILE_A + place(lid + q * THREADS, TRANS_B ? BK : BN)] = \
+        pre[CHUNKS_A + q];
 
   const int slices = (K + BK - 1) / BK;
   FETCH(0)
   STORE(0)
   barrier();
   for (int s = 0; s < slices; ++s) {
-    const int buf = s & 1;
+    const int buf = BUFFERS == 2 ? s & 1 : 0;
     if (s + 1 < slices) FETCH((s + 1) * BK)
-    const int ta = buf * 2 * TILE, tb = ta + TILE;
+    const int ta = buf * (TILE_A + TILE_B), tb = ta + TILE_A;
     [[unroll]] for (int kk = 0; kk < BK; kk += 16) {
-      fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa[4];
-      fcoopmatNV<16, gl_ScopeSubgroup, 16, 8> fb[4];
-      [[unroll]] for (int i = 0; i < 4; ++i) {
-        if (TRANS_A)  // [BK][BM]: A's element (m, k) at k * RM + m
-          coopMatLoadNV(fa[i], sm, uint(ta + kk * RM + (wm + i * 16) / 8), uint(RM), true);
-        else  // [BM][BK]
-          coopMatLoadNV(fa[i], sm, uint(ta + (wm + i * 16) * RK + kk / 8), uint(RK), false);
-      }
-      [[unroll]] for (int j = 0; j < 4; ++j) {
+      // B's fragments of this step, then A's one at a time (fewer registers live).
+      fcoopmatNV<16, gl_ScopeSubgroup, 16, 8> fb[FN];
+      [[unroll]] for (int j = 0; j < FN; ++j) {
         if (TRANS_B)  // [BN][BK]: B's element (k, n) at n * RK + k
           coopMatLoadNV(fb[j], sm, uint(tb + (wn + j * 8) * RK + kk / 8), uint(RK), true);
         else  // [BK][BN]
-          coopMatLoadNV(fb[j], sm, uint(tb + kk * RM + (wn + j * 8) / 8), uint(RM), false);
+          coopMatLoadNV(fb[j], sm, uint(tb + kk * RN + (wn + j * 8) / 8), uint(RN), false);
       }
-      [[unroll]] for (int i = 0; i < 4; ++i)
-        [[unroll]] for (int j = 0; j < 4; ++j) acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);
+      [[unroll]] for (int i = 0; i < FM; ++i) {
+        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa;
+        if (TRANS_A)  // [BK][BM]: A's element (m, k) at k * RM + m
+          coopMatLoadNV(fa, sm, uint(ta + kk * RM + (wm + i * 16) / 8), uint(RM), true);
+        else  // [BM][BK]
+          coopMatLoadNV(fa, sm, uint(ta + (wm + i * 16) * RK + kk / 8), uint(RK), false);
+        [[unroll]] for (int j = 0; j < FN; ++j) acc[i][j] = coopMatMulAddNV(fa, fb[j], acc[i][j]);
+      }
     }
-    if (s + 1 < slices) STORE(buf ^ 1)
-    barrier();
+    if (BUFFERS == 2) {
+      if (s + 1 < slices) STORE(buf ^ 1)
+      barrier();
+    } else {
+      barrier();
+      if (s + 1 < slices) {
+        STORE(0)
+        barrier();
+      }
+    }
   }
 
-  // Rounded to f16 and staged through shared memory (each subgroup's 64 x 32 as rows of 5
-  // uvec4s), then stored 16 bytes at a time within C's edges.
-  const int stage = sg * 64 * 5;
-  [[unroll]] for (int i = 0; i < 4; ++i)
-    [[unroll]] for (int j = 0; j < 4; ++j) {
+  // Rounded to f16 and staged through shared memory (each subgroup's FM * 16 x FN * 8 as rows
+  // of RS uvec4s), then stored 16 bytes at a time within C's edges.
+  const int RS = FN + 1;
+  const int stage = sg * FM * 16 * RS;
+  [[unroll]] for (int i = 0; i < FM; ++i)
+    [[unroll]] for (int j = 0; j < FN; ++j) {
       fcoopmatNV<16, gl_ScopeSubgroup, 16, 8> h = fcoopmatNV<16, gl_ScopeSubgroup, 16, 8>(acc[i][j]);
-      coopMatStoreNV(h, sm, uint(stage + i * 16 * 5 + j), 5u, false);
+      coopMatStoreNV(h, sm, uint(stage + i * 16 * RS + j), uint(RS), false);
     }
   barrier();
   const int lane = lid % 32;
   const int base_c = (pc.w[2] + batch * M * N) / 8;
-  [[unroll]] for (int it = 0; it < 8; ++it) {
-    const int c = lane + it * 32;  // of the subgroup's 64 rows x 4 chunks
-    const int r = c / 4, col = c % 4;
+  [[unroll]] for (int it = 0; it < FM * 16 * FN / 32; ++it) {
+    const int c = lane + it * 32;  // of the subgroup's FM * 16 rows x FN chunks
+    const int r = c / FN, col = c % FN;
     const int m = m0 + wm + r, n = n0 + wn + col * 8;
-    if (m < M && n < N) cm_c.v[base_c + (m * N + n) / 8] = sm[stage + r * 5 + col];
+    if (m < M && n < N) cm_c.v[base_c + (m * N + n) / 8] = sm[stage + r * RS + col];
   }
 }
