@@ -69,7 +69,7 @@ Tensor random_ids(tt::Generator& gen, std::int64_t bound, Shape shape, Device& d
 }
 
 TrainJob resnet_job(Device& dev, const ModelSize& size, std::int64_t total_steps,
-                    std::uint64_t seed) {
+                    std::uint64_t seed, const Precision& precision) {
   tt::Generator gen(seed);
   tt::ResNetOptions o;
   o.depth = size.resnet_depth;
@@ -88,10 +88,10 @@ TrainJob resnet_job(Device& dev, const ModelSize& size, std::int64_t total_steps
   auto opt = std::make_shared<tt::SGD>(model->named_parameters(), so);
   auto sched = std::make_shared<tt::OneCycleLR>(*opt, so.lr, total_steps);
   TrainJob job;
-  job.step = [model, opt, sched, x, y] {
-    const tt::Variable loss = tt::cross_entropy((*model)(tt::Variable(x)), y);
-    loss.backward();
-    opt->step();
+  job.step = [model, opt, sched, x, y, precision] {
+    const tt::Variable loss =
+        precision.forward_backward([&] { return tt::cross_entropy((*model)(tt::Variable(x)), y); });
+    precision.step(*opt);
     sched->step();
     opt->zero_grad();
     return loss.value();
@@ -103,7 +103,8 @@ TrainJob resnet_job(Device& dev, const ModelSize& size, std::int64_t total_steps
   return job;
 }
 
-TrainJob gpt_job(Device& dev, const ModelSize& size, std::int64_t total_steps, std::uint64_t seed) {
+TrainJob gpt_job(Device& dev, const ModelSize& size, std::int64_t total_steps, std::uint64_t seed,
+                 const Precision& precision) {
   tt::Generator gen(seed);
   tt::GPTConfig c;
   c.block_size = size.gpt_context;
@@ -122,12 +123,11 @@ TrainJob gpt_job(Device& dev, const ModelSize& size, std::int64_t total_steps, s
   const std::vector<tt::Variable> params = model->parameters();
   auto steps = std::make_shared<std::uint64_t>(0);
   TrainJob job;
-  job.step = [model, oc, params, x, y, seed, steps] {
+  job.step = [model, oc, params, x, y, seed, steps, precision] {
     tt::set_dropout_step(seed, (*steps)++);  // a fresh dropout mask each step, as the Trainer
-    const tt::Variable loss = tt::cross_entropy(model->forward(tt::Variable(x)), y);
-    loss.backward();
-    (void)tt::clip_grad_norm_(params, 1.0);
-    oc.optimizer->step();
+    const tt::Variable loss = precision.forward_backward(
+        [&] { return tt::cross_entropy(model->forward(tt::Variable(x)), y); });
+    precision.step(*oc.optimizer, [&] { (void)tt::clip_grad_norm_(params, 1.0); });
     if (oc.lr_scheduler) oc.lr_scheduler->step();
     oc.optimizer->zero_grad();
     return loss.value();
@@ -163,12 +163,33 @@ bool is_real_model(const std::string& model) {
   return model == "resnet" || model == "gpt";
 }
 
+Precision::Precision(DType t)
+    : dtype(t), scaler(t == DType::f16 ? std::make_shared<tt::GradScaler>() : nullptr) {}
+
+tt::Variable Precision::forward_backward(const std::function<tt::Variable()>& forward) const {
+  tt::Variable loss;
+  {
+    const tt::AutocastGuard autocast(dtype);
+    loss = forward();
+  }
+  (scaler ? scaler->scale(loss) : loss).backward();
+  return loss;
+}
+
+void Precision::step(tt::Optimizer& optimizer, const std::function<void()>& clip) const {
+  if (scaler) scaler->unscale_(optimizer);
+  if (clip) clip();
+  if (!scaler) return optimizer.step();
+  (void)scaler->step(optimizer);
+  scaler->update();
+}
+
 TrainJob make_train_job(Device& dev, const std::string& model, const ModelSize& size,
-                        std::int64_t total_steps, std::uint64_t seed) {
+                        std::int64_t total_steps, std::uint64_t seed, Precision precision) {
   DeviceGuard guard(dev);
   const std::int64_t steps = std::max<std::int64_t>(total_steps, 2);
-  if (model == "resnet") return resnet_job(dev, size, steps, seed);
-  if (model == "gpt") return gpt_job(dev, size, steps, seed);
+  if (model == "resnet") return resnet_job(dev, size, steps, seed, precision);
+  if (model == "gpt") return gpt_job(dev, size, steps, seed, precision);
   throw InvalidArgument(fmt::format("make_train_job: '{}' is not resnet or gpt", model));
 }
 

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@
 
 #include "tessera/device.h"
 #include "tessera/tensor.h"
+#include "tessera/train/autocast.h"
+#include "tessera/train/optim.h"
 
 namespace tessera::bench {
 
@@ -62,11 +65,25 @@ struct TrainJob {
   json config;                        // the size run, as train_peer.py reports it
 };
 
-// The job of |model| (resnet or gpt) at |size| on |dev| with random data from |seed|; its
-// scheduler lasts |total_steps| steps (the steps the caller runs, at least). Throws
-// InvalidArgument for another model.
+// A training step's precision, as the Trainer's: f32, or the forward under autocast to f16 (the
+// loss scaled by a GradScaler) or bf16.
+struct Precision {
+  explicit Precision(DType dtype = DType::f32);
+  DType dtype;
+  std::shared_ptr<train::GradScaler> scaler;  // f16 only
+  // The loss of |forward| (run under autocast), back-propagated (scaled for f16).
+  train::Variable forward_backward(const std::function<train::Variable()>& forward) const;
+  // |clip| (may be empty) on unscaled gradients, then the optimizer's step (skipped by the
+  // scaler for non-finite gradients).
+  void step(train::Optimizer& optimizer, const std::function<void()>& clip = {}) const;
+};
+
+// The job of |model| (resnet or gpt) at |size| on |dev| with random data from |seed|, in
+// |precision|; its scheduler lasts |total_steps| steps (the steps the caller runs, at least).
+// Throws InvalidArgument for another model.
 TrainJob make_train_job(Device& dev, const std::string& model, const ModelSize& size,
-                        std::int64_t total_steps, std::uint64_t seed);
+                        std::int64_t total_steps, std::uint64_t seed,
+                        Precision precision = Precision());
 
 // train_peer.py's arguments for the real models at |size| (--resnet-config, --gpt-config).
 std::vector<std::string> train_peer_size_args(const ModelSize& size);

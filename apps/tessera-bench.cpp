@@ -218,9 +218,8 @@ json bench_sgemm(Device& dev, std::int64_t n, DType dtype, int repeat, OpenBlas&
   }
   const double flop = 2.0 * double(n) * double(n) * double(n);
   const double s = median(t_ours);
-  json r{{"case", "sgemm"}, {"device", dev.id()}, {"dtype", dtype_name(dtype)},
-         {"m", n},          {"n", n},               {"k", n},
-         {"seconds", s},    {"gflops", flop / s / 1e9}};
+  json r{{"case", "sgemm"}, {"device", dev.id()}, {"dtype", dtype_name(dtype)}, {"m", n}, {"n", n},
+         {"k", n},          {"seconds", s},       {"gflops", flop / s / 1e9}};
   if (profile)
     r["kernels"] =
         bench::profile_kernels(dev, calls, ours, fmt::format("sgemm {}^3 on {}", n, dev.id()));
@@ -228,9 +227,9 @@ json bench_sgemm(Device& dev, std::int64_t n, DType dtype, int repeat, OpenBlas&
     if (gpu_peer.contains("error")) r["peer_error"] = gpu_peer["error"];
     for (const json& p : gpu_peer.value("sgemm", json::array()))
       if (p["n"] == n) {
-        r["peer"] = fmt::format("{} torch.matmul {}, TF32 off, on {}",
-                                gpu_peer["peer"].get<std::string>(), dtype_name(dtype),
-                                gpu_peer["device_name"].get<std::string>());
+        r["peer"] =
+            fmt::format("{} torch.matmul {}, TF32 off, on {}", gpu_peer["peer"].get<std::string>(),
+                        dtype_name(dtype), gpu_peer["device_name"].get<std::string>());
         r["peer_gflops"] = p["gflops"];
         r["ratio"] = p["seconds"].get<double>() / s;
       }
@@ -263,7 +262,8 @@ json bench_dispatch(Device& dev, int repeat) {
 // Samples per second of |steps| training steps of |model_name| on |dev|: the MLP and the CNN at
 // |batch| with SGD, the real models (bench_models.h) at |size| with their recipes.
 json bench_train(Device& dev, const std::string& model_name, std::int64_t batch, int steps,
-                 int repeat, const bench::ModelSize& size, bool profile, std::mt19937& rng) {
+                 int repeat, const bench::ModelSize& size, DType dtype, bool profile,
+                 std::mt19937& rng) {
   namespace tt = tessera::train;
   DeviceGuard guard(dev);
   std::function<Tensor()> step;
@@ -272,7 +272,7 @@ json bench_train(Device& dev, const std::string& model_name, std::int64_t batch,
   if (bench::is_real_model(model_name)) {
     bench::TrainJob job = bench::make_train_job(
         dev, model_name, size, static_cast<std::int64_t>(steps) * (repeat + (profile ? 2 : 1)),
-        rng());
+        rng(), bench::Precision(dtype));
     step = std::move(job.step);
     batch = job.batch;
     samples = job.samples_per_step;
@@ -288,10 +288,10 @@ json bench_train(Device& dev, const std::string& model_name, std::int64_t batch,
     for (auto& l : labels) l = static_cast<std::int32_t>(rng() % 10);
     const Tensor y = Tensor::from<std::int32_t>(labels, {batch}, &dev);
     // The step the Trainer runs for a classifier: forward, cross-entropy, backward, update.
-    step = [model, opt, x, y] {
-      const tt::Variable loss = tt::cross_entropy((*model)(tt::Variable(x)), y);
-      loss.backward();
-      opt->step();
+    step = [model, opt, x, y, precision = bench::Precision(dtype)] {
+      const tt::Variable loss = precision.forward_backward(
+          [&] { return tt::cross_entropy((*model)(tt::Variable(x)), y); });
+      precision.step(*opt);
       opt->zero_grad();
       return loss.value();
     };
@@ -979,7 +979,8 @@ int main(int argc, char** argv) {
       "comma list: sgemm, add, dispatch, train, fit, bmm, layer_norm, attention, "
       "embedding_backward")(
       "dtype", po::value(&dtype_text)->default_value(dtype_text),
-      "sgemm case: f32, f16 or bf16 (inputs and output; sums in f32)")(
+      "sgemm case: f32, f16 or bf16 (inputs and output; sums in f32); train case: f32, or "
+      "mixed precision with autocast to f16 (loss scaling) or bf16, the peer likewise")(
       "op-size", po::value(&op_size)->default_value(op_size),
       "the op cases' sizes: full (bench_ops.h), or tiny (a few elements, for a smoke test)")(
       "train-steps", po::value(&train_steps)->default_value(train_steps),
@@ -1060,8 +1061,9 @@ int main(int argc, char** argv) {
       for (const DeviceSpec& spec : parse_device_list(device_list, "--devices"))
         targets.push_back(&device(spec.str()));
     }
-    const DType dtype =
-        dtype_text == "f16" ? DType::f16 : dtype_text == "bf16" ? DType::bf16 : DType::f32;
+    const DType dtype = dtype_text == "f16"    ? DType::f16
+                        : dtype_text == "bf16" ? DType::bf16
+                                               : DType::f32;
     OpenBlas peer;  // opened after the plugins, so it shares the CPU plugin's OpenBLAS
     std::mt19937 rng(std::random_device{}());
     json results = json::array();
@@ -1118,15 +1120,18 @@ int main(int argc, char** argv) {
         for (int round = 0; round < rounds; ++round) {
           for (const std::string& model : split(models, ',')) {
             const CpuTimes before = cpu_times();
-            json run = bench_train(*d, model, 128, train_steps, repeat, *fit.size, profile, rng);
+            json run =
+                bench_train(*d, model, 128, train_steps, repeat, *fit.size, dtype, profile, rng);
             run["steal_percent"] = steal_percent_since(before);
             ours[model].push_back(std::move(run));
           }
           if (run_peers) {
             const CpuTimes before = cpu_times();
-            std::vector<std::string> args{
-                "--device", torch_device,           "--steps",  std::to_string(train_steps),
-                "--repeat", std::to_string(repeat), "--models", models};
+            std::vector<std::string> args{"--device", torch_device,
+                                          "--steps",  std::to_string(train_steps),
+                                          "--repeat", std::to_string(repeat),
+                                          "--models", models,
+                                          "--dtype",  dtype_text};
             append(args, bench::train_peer_size_args(*fit.size));
             json run = run_peer(torch_python, peer_dir + "/train_peer.py", args);
             if (run.is_object()) run["steal_percent"] = steal_percent_since(before);

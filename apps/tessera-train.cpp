@@ -86,6 +86,7 @@ TrainerOptions trainer_options(const TrainArgs& a, const std::shared_ptr<EpochCo
   to.val_check_interval = a.model == "gpt" ? 1.0 : a.val_every;
   to.gradient_clip_val = a.grad_clip;
   to.accumulate_grad_batches = a.accumulate;
+  to.precision = a.precision;
   to.enable_progress_bar = !a.quiet;
   // Check what can fail early before any work: options, gnuplot, then the device and the data.
   std::shared_ptr<Callback> plot;
@@ -273,6 +274,7 @@ int main(int argc, char** argv) {
       ("warmup-steps", po::value(&a.warmup_steps), "linear warmup steps before a cosine schedule (* 0; gpt 100)")
       ("grad-clip", po::value(&a.grad_clip), "clip the gradients' total L2 norm to this (0: off; * gpt 1)")
       ("accumulate", po::value(&a.accumulate)->default_value(a.accumulate), "batches whose gradients are summed (mean loss) into one optimizer step")
+      ("precision", po::value(&a.precision)->default_value(a.precision), "32-true, 16-mixed (f16 GEMMs, loss scaling) or bf16-mixed (bf16 GEMMs), as Lightning's")
       ("val-every", po::value(&a.val_every),
        "validate every this fraction of an epoch (0 < F <= 1) or this many batches (N > 1) (* 1; gpt: every N steps, 250)")
       ("depth", po::value(&a.depth)->default_value(a.depth), "resnet: layers, 6n+2 (8, 14, 20, 32, 44, 56, 110)")

@@ -96,9 +96,36 @@ def adamw_recipe(model, lr, warmup, max_steps):
     return opt, parts[0] if parts else sched.LambdaLR(opt, lambda step: 1.0)
 
 
+class Precision:
+    """--dtype: f32, or the forward under torch.autocast to f16 (with a GradScaler) or bf16."""
+
+    def __init__(self, dtype, device):
+        self.dtype = {"f16": torch.float16, "bf16": torch.bfloat16}.get(dtype)
+        self.device_type = "cuda" if str(device).startswith("cuda") else "cpu"
+        self.scaler = torch.cuda.amp.GradScaler() if dtype == "f16" else None
+
+    def forward_backward(self, forward):
+        with torch.autocast(self.device_type, dtype=self.dtype, enabled=self.dtype is not None):
+            loss = forward()
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        return loss
+
+    def step(self, opt, clip=None):
+        if self.scaler:
+            self.scaler.unscale_(opt)
+        if clip:
+            clip()
+        if self.scaler:
+            self.scaler.step(opt)
+            self.scaler.update()
+        else:
+            opt.step()
+
+
 def job(name, device, a, total_steps):
     """(model, optimizer, scheduler, step function, samples per step, the config run)."""
     torch.manual_seed(0)
+    precision = Precision(a.dtype, device)
     if name == "gpt":
         c = parse_config(a.gpt_config, GPT_DEFAULTS)
         model = models_peer.GPT(c["vocab_size"], c["block_size"], c["n_layer"], c["n_head"],
@@ -109,10 +136,8 @@ def job(name, device, a, total_steps):
         params = list(model.parameters())
 
         def step():
-            _, loss = model(x, y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
+            loss = precision.forward_backward(lambda: model(x, y)[1])
+            precision.step(opt, lambda: torch.nn.utils.clip_grad_norm_(params, 1.0))
             sched.step()
             opt.zero_grad(set_to_none=True)
             return loss
@@ -134,9 +159,8 @@ def job(name, device, a, total_steps):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+        loss = precision.forward_backward(lambda: loss_fn(model(x), y))
+        precision.step(opt)
         if sched is not None:
             sched.step()
         return loss
@@ -179,6 +203,8 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--models", default="mlp,cnn")
+    p.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"],
+                   help="f32, or mixed precision: torch.autocast to f16 (GradScaler) or bf16")
     p.add_argument("--threads", default="best",
                    help="intra-op threads on cpu: a number, or best (each of 1..cpu_count, the "
                         "fastest reported per model)")

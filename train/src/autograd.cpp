@@ -9,6 +9,7 @@
 #include "tessera/device.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
+#include "tessera/train/autocast.h"
 
 namespace tessera::train {
 
@@ -268,6 +269,8 @@ Tensor spread(const Tensor& g, const Shape& shape, int axis) {
 
 Variable matmul(const Variable& a, const Variable& b, bool ta, bool tb) {
   if (a.shape().rank() != 2 || b.shape().rank() != 2) return matmul_nd(a, b, ta, tb);
+  if (const auto lo = autocast_for(a, b))  // autocast.h
+    return to(matmul(to(a, *lo), to(b, *lo), ta, tb), DType::f32);
   return make_result(tessera::matmul(a.value(), b.value(), ta, tb), {a, b},
                      [a, b, ta, tb](const Tensor& g) -> Grads {
                        Tensor ga, gb;
@@ -433,12 +436,38 @@ Variable copy(const Variable& x) {
   return make_result(tessera::copy(x.value()), {x}, [](const Tensor& g) -> Grads { return {g}; });
 }
 
+Variable to(const Variable& x, DType dtype) {
+  auto is_float = [](DType t) {
+    return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
+  };
+  const DType from = x.value().dtype();
+  if (!is_float(from) || !is_float(dtype))
+    throw InvalidArgument(fmt::format(
+        "to: a Variable converts between f32, f64, f16 and bf16 (gradients are floats), not {} to "
+        "{}; convert the tensor with Tensor::to",
+        dtype_name(from), dtype_name(dtype)));
+  if (from == dtype) return x;
+  return make_result(x.value().to(dtype), {x},
+                     [from](const Tensor& g) -> Grads { return {g.to(from)}; });
+}
+
+std::optional<DType> autocast_for(const Variable& a, const Variable& b) {
+  const std::optional<DType> lo = autocast_dtype();
+  if (!lo || a.value().dtype() != DType::f32 || b.value().dtype() != DType::f32)
+    return std::nullopt;
+  return lo;
+}
+
 Variable transpose(const Variable& x, int dim0, int dim1) {
   return make_result(x.value().transpose(dim0, dim1), {x},
                      [dim0, dim1](const Tensor& g) -> Grads { return {g.transpose(dim0, dim1)}; });
 }
 
 Variable linear(const Variable& x, const Variable& w, const Variable& b) {
+  if (autocast_for(x, w)) {  // the product in the low dtype (matmul), the bias added in f32
+    const Variable y = matmul(x, w, false, true);
+    return b.defined() ? add(y, b) : y;
+  }
   const Tensor y = b.defined() ? tessera::addmm(x.value(), w.value(), b.value(), false, true)
                                : tessera::matmul(x.value(), w.value(), false, true);
   return make_result(y, {x, w, b}, [x, w, b](const Tensor& g) -> Grads {

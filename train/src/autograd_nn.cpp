@@ -17,6 +17,14 @@ bool wants(const Variable& v) {
 }  // namespace
 
 Variable bmm(const Variable& a, const Variable& b, bool ta, bool tb) {
+  // Autocast (autocast.h) where the batch dimensions match: a broadcast one's gradient is summed
+  // over it, which the low dtypes do not do yet.
+  if (const auto lo = autocast_for(a, b)) {
+    const Shape &as = a.shape(), &bs = b.shape();
+    bool same = as.rank() == bs.rank();
+    for (int d = 0; same && d + 2 < as.rank(); ++d) same = as[d] == bs[d];
+    if (same) return to(bmm(to(a, *lo), to(b, *lo), ta, tb), DType::f32);
+  }
   return make_result(
       tessera::bmm(a.value(), b.value(), ta, tb), {a, b}, [a, b, ta, tb](const Tensor& g) -> Grads {
         // The 2-D rules batched, then summed over the batch dimensions that

@@ -167,6 +167,7 @@ void ProgressBar::on_train_epoch_end(Trainer& t) {
   std::string figures;
   for (const auto& [name, v] : m.metrics)
     figures += name.find("acc") != std::string::npos ? fmt::format(" {} {}", name, percent(v))
+               : name == "skipped_steps"             ? fmt::format(" {} {}", name, std::llround(v))
                                                      : fmt::format(" {} {:.4f}", name, v);
   fmt::print(out_, "epoch {}:{} | lr {:.3g} | {:.1f} s, {:.0f} samples/s\n", m.epoch, figures, m.lr,
              m.seconds, m.samples_per_second);

@@ -75,6 +75,17 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   require(o.gradient_clip_algorithm == "norm" || o.gradient_clip_algorithm == "value",
           fmt::format("gradient_clip_algorithm='{}' is not valid: pass 'norm' or 'value'",
                       o.gradient_clip_algorithm));
+  const std::string& pr = o.precision;
+  require(
+      pr == "32-true" || pr == "32" || pr == "16-mixed" || pr == "16" || pr == "bf16-mixed" ||
+          pr == "bf16",
+      fmt::format("precision='{}' is not valid: pass '32-true', '16-mixed' or 'bf16-mixed'", pr));
+  if (pr == "16-mixed" || pr == "16") {
+    autocast_ = DType::f16;
+    scaler_ = std::make_unique<GradScaler>();
+  } else if (pr == "bf16-mixed" || pr == "bf16") {
+    autocast_ = DType::bf16;
+  }
   std::set<std::string> keys;
   bool has_bar = false;
   for (const auto& cb : o.callbacks) {
@@ -222,6 +233,7 @@ std::map<std::string, double> Trainer::validation_loop(LightningModule& module, 
   TensorBatch batch;
   for (std::int64_t i = 0; i < batches && data.next(batch); ++i) {
     metrics.set_batch_size(batch.size);
+    const AutocastGuard autocast(autocast_.value_or(DType::f32));
     module.validation_step(to_device(std::move(batch), *device_), i);
     if ((i + 1) % options_.log_every_n_steps == 0) metrics.flush();
   }
@@ -254,6 +266,10 @@ void Trainer::end_epoch(Fit& fit, bool completed) {
   row.step = progress_.global_step;
   row.lr = lr();
   row.metrics = train;
+  if (scaler_) {  // "16-mixed": the optimizer steps skipped so far for non-finite gradients
+    row.metrics["skipped_steps"] = static_cast<double>(scaler_->skipped_steps());
+    callback_metrics_["skipped_steps"] = row.metrics["skipped_steps"];
+  }
   row.seconds = seconds_since(fit.epoch_start);
   row.samples_per_second =
       static_cast<double>(fit.epoch_samples) * world / std::max(row.seconds, 1e-9);

@@ -322,7 +322,10 @@ void Trainer::fit_loop(Fit& fit, LightningModule& module, DataLoader& train,
       set_dropout_step(progress_.seed, static_cast<std::uint64_t>(progress_.batches_seen));
       fit.metrics.set_batch_size(batch.size);
       const std::int64_t samples = batch.size;
-      const Variable loss = module.training_step(to_device(std::move(batch), *device_), b);
+      const Variable loss = [&] {
+        const AutocastGuard autocast(autocast_.value_or(DType::f32));  // precision
+        return module.training_step(to_device(std::move(batch), *device_), b);
+      }();
       if (!loss.defined() || loss.value().numel() != 1 || !loss.requires_grad())
         throw InvalidArgument(fmt::format(
             "training_step returned {}; return the loss, a one-element Variable computed from "
@@ -333,17 +336,24 @@ void Trainer::fit_loop(Fit& fit, LightningModule& module, DataLoader& train,
       fit.metrics.add_loss(loss.value(), static_cast<double>(samples));
       const bool sync = (b + 1) % k == 0 || b + 1 == fit.num_batches;
       strategy_->before_backward(sync);
-      (k > 1 ? mul_scalar(loss, 1.0 / static_cast<double>(k)) : loss).backward();
+      const Variable part = k > 1 ? mul_scalar(loss, 1.0 / static_cast<double>(k)) : loss;
+      (scaler_ ? scaler_->scale(part) : part).backward();
       strategy_->after_backward(sync);
       ++progress_.batches_seen;
       progress_.epoch_batch = b + 1;
       progress_.epoch_sample += samples * world;
       fit.epoch_samples += samples;
       if (sync) {
+        if (scaler_) scaler_->unscale_(optimizer);  // before clipping, as Lightning
         if (options_.gradient_clip_val > 0)
           detail::clip_gradients(optimizer, options_.gradient_clip_algorithm,
                                  options_.gradient_clip_val);
-        optimizer.step();
+        if (scaler_) {
+          (void)scaler_->step(optimizer);  // skipped when a gradient is not finite
+          scaler_->update();
+        } else {
+          optimizer.step();
+        }
         optimizer.zero_grad();
         ++progress_.global_step;
         if (config_.lr_scheduler && config_.interval == "step")
@@ -383,6 +393,10 @@ void Trainer::fit_loop(Fit& fit, LightningModule& module, DataLoader& train,
         for (const std::string& name : fit.metrics.prog_bar())
           if (auto it = fit.metrics.step_values().find(name); it != fit.metrics.step_values().end())
             sp.metrics[name] = it->second;
+        if (scaler_) {
+          sp.metrics["skipped_steps"] = static_cast<double>(scaler_->skipped_steps());
+          callback_metrics_["skipped_steps"] = static_cast<double>(scaler_->skipped_steps());
+        }
         for (Callback* cb : callbacks()) cb->on_train_progress(*this, sp);
       }
       if (b + 1 == fit.num_batches) break;

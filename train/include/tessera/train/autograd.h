@@ -142,6 +142,9 @@ Variable conv2d(const Variable& x, const Variable& w, Conv2dAttrs attrs = {});
 Variable max_pool2d(const Variable& x, Pool2dAttrs attrs = {});
 Variable reshape(const Variable& x, const Shape& shape);
 Variable copy(const Variable& x);
+// x converted to |dtype| (Tensor::to); its gradient is converted back to x's dtype. Between the
+// floating-point dtypes (f32, f64, f16, bf16): throws InvalidArgument otherwise.
+Variable to(const Variable& x, DType dtype);
 // A view with dimensions |dim0| and |dim1| swapped (no copy).
 Variable transpose(const Variable& x, int dim0, int dim1);
 // x @ w^T + b for x [N,in], w [out,in] (PyTorch's layout), b [out] (may be undefined).

@@ -1,6 +1,7 @@
 // Everything of tessera::train (link Tessera::train).
 #pragma once
 
+#include "tessera/train/autocast.h"
 #include "tessera/train/autograd.h"
 #include "tessera/train/callbacks.h"
 #include "tessera/train/checkpoint.h"

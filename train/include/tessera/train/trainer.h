@@ -10,10 +10,12 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tessera/device.h"
+#include "tessera/train/autocast.h"
 #include "tessera/train/checkpoint.h"
 #include "tessera/train/data_loader.h"
 #include "tessera/train/lightning.h"
@@ -101,7 +103,13 @@ struct TrainerOptions {
   double gradient_clip_val = 0;                  // 0: no clipping
   std::string gradient_clip_algorithm = "norm";  // "norm" (clip_grad_norm_) or "value"
   std::int64_t accumulate_grad_batches = 1;      // batches per optimizer step
-  std::int64_t log_every_n_steps = 16;           // logged values are read back this often (batches)
+  // Lightning's precision: "32-true" (f32 throughout), "16-mixed" (each training and validation
+  // step under AutocastGuard(f16), the loss scaled by a GradScaler; steps it skips for
+  // non-finite gradients are counted as the progress metric skipped_steps) or "bf16-mixed"
+  // (AutocastGuard(bf16), no scaling). Also Lightning's older "32", "16" and "bf16". What
+  // autocast changes today is in autocast.h: the GEMMs of matmul, linear and bmm.
+  std::string precision = "32-true";
+  std::int64_t log_every_n_steps = 16;  // logged values are read back this often (batches)
   // Lightning's enable_progress_bar: when no ProgressBar is among |callbacks|, the Trainer adds
   // one on stdout (a bar on a terminal, one line per epoch otherwise). false: no progress output.
   bool enable_progress_bar = true;
@@ -130,11 +138,11 @@ class Trainer {
   // option (max_epochs 0 or below -1, max_epochs -1 without max_steps, max_steps 0 or below -1,
   // a negative limit, val_check_interval not in (0, 1] nor an integer > 1, check_val_every_n_epoch,
   // accumulate_grad_batches or log_every_n_steps below 1, gradient_clip_val negative or not
-  // finite, gradient_clip_algorithm not norm/value, a ProgressBar among the callbacks with
-  // enable_progress_bar false, a ModelCheckpoint with enable_checkpointing false, two callbacks of
-  // one state_key) or an unknown accelerator name (listing the valid ones), DeviceUnavailable for
-  // an accelerator that can not run (listing those that can), ConfigError when |devices| is more
-  // than the accelerator has.
+  // finite, gradient_clip_algorithm not norm/value, precision not one of its names, a ProgressBar
+  // among the callbacks with enable_progress_bar false, a ModelCheckpoint with enable_checkpointing
+  // false, two callbacks of one state_key) or an unknown accelerator name (listing the valid ones),
+  // DeviceUnavailable for an accelerator that can not run (listing those that can), ConfigError
+  // when |devices| is more than the accelerator has.
   explicit Trainer(TrainerOptions options);
 
   Device& device() const { return *device_; }
@@ -234,6 +242,8 @@ class Trainer {
   std::map<std::string, double> callback_metrics_;
   bool resumed_ = false;
   std::filesystem::path resumed_from_;
+  std::optional<DType> autocast_;       // from precision
+  std::unique_ptr<GradScaler> scaler_;  // "16-mixed"
 };
 
 // The device an accelerator name and device count select, with the Trainer's errors.
