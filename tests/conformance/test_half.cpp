@@ -254,6 +254,7 @@ std::vector<Case> half_cases() {
           if (t == DType::f16 || ta == tb) c.push_back(matmul_case(t, s, ta, tb, false));
     c.push_back(matmul_case(t, {"odd", 37, 53, 29}, false, true, true));
     c.push_back(matmul_case(t, {"long_k", 9, 7, 2100}, false, false, true));
+    c.push_back(matmul_case(t, {"aligned", 136, 264, 72}, false, true, true));
     c.push_back(bmm_case(t));
   }
   return c;

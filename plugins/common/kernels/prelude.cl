@@ -73,6 +73,7 @@ typedef struct {
 #define LDL(k, i) ((int)((__global const long*)t##k)[TK_AT(k, i)])
 #define STL(k, i, x) (((__global long*)t##k)[TK_AT(k, i)] = (long)(x))
 #define LDS(k, i) ((int)((__global const ushort*)t##k)[TK_AT(k, i)])
+#define LDS2(k, i) (((__global const int*)t##k)[TK_AT(k, i) >> 1])
 #define STS(k, i, x) (((__global ushort*)t##k)[TK_AT(k, i)] = (ushort)(x))
 
 #define TO_F(x) ((float)(x))

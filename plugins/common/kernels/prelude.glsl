@@ -99,6 +99,7 @@ TK_BUFFER(7)
 #define STB(k, i, x) (tk_b##k.v[TK_AT(k, i)] = uint8_t(x))
 #define LDL(k, i) tk_i##k.v[2 * TK_AT(k, i)]
 #define LDS(k, i) ((tk_i##k.v[TK_AT(k, i) >> 1] >> ((TK_AT(k, i) & 1) << 4)) & 0xffff)
+#define LDS2(k, i) tk_i##k.v[TK_AT(k, i) >> 1]
 #define STS(k, i, x) (tk_s##k.v[TK_AT(k, i)] = uint16_t(x))
 #define STL(k, i, x) tk_stl_##k(TK_AT(k, i), (x))
 
