@@ -56,8 +56,9 @@ class GradScaler {
   // loss * scale, to call backward() on.
   Variable scale(const Variable& loss) const;
   // Divides every gradient of |optimizer|'s parameters by the scale (each replaced, as
-  // clip_grad_norm_ does) and notes whether any is not finite: reads one value back, so waits for
-  // the device. Call at most once per step, after backward() and before clipping; step() calls
+  // clip_grad_norm_ does) and notes whether any is not finite, through their total norm (one
+  // value read back, so it waits for the device; a norm past f32's range, gradients beyond about
+  // 1e19, counts as not finite too). Call at most once per step, after backward() and before clipping; step() calls
   // it when it was not called.
   void unscale_(Optimizer& optimizer);
   // optimizer.step() unless a gradient was not finite; returns whether it stepped.
