@@ -20,6 +20,7 @@ namespace {
 
 constexpr int kFlagTransA = 1, kFlagTransB = 2, kFlagVec = 4, kFlagBias = 8, kFlagTwoBuffers = 16,
               kModeShift = 5, kFlagUnitStride = 128, kDTypeShift = 8;
+constexpr int kFlagCoopSplit = 4;  // gemm_coopmat's V0: split K
 
 // The GPU tile sets, largest first (docs/performance.md has the sweep that chose them).
 constexpr GemmTiles kGpuTiles[] = {
@@ -124,7 +125,9 @@ namespace {
 
 // The Vulkan plugin's f16 GEMM on matrix units (its shaders/gemm_coopmat.comp: 128 x 128 tiles,
 // 16-byte loads and stores), where the device has them and the operands fit its loads: every
-// row (and each binding's offset, and every matrix stride) a multiple of 8 halves. No bias.
+// row (and each binding's offset, and every matrix stride) a multiple of 8 halves. No bias. A
+// grid smaller than the compute units with K >= 2048 (a weight gradient) splits K as gemm()
+// does, where M and N are whole tiles: f32 parts, added up, then rounded into c.
 bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
                bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const BatchDims& g) {
   if (!l.traits().coop_f16 || a.dtype() != DType::f16 || k == 0) return false;
@@ -132,16 +135,31 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, b
       multiples_of(8, {trans_a ? m : k, trans_b ? k : n, n, a.offset(), b.offset(), c.offset()});
   for (int d = 0; d < g.rank; ++d) fits = fits && g.stride_a[d] % 8 == 0 && g.stride_b[d] % 8 == 0;
   if (!fits) return false;
-  // The kernel's output tile (its WARPS_M * FM * 16 x WARPS_N * FN * 8).
-  constexpr std::int64_t kTileM = 128, kTileN = 128;
+  // The kernel's output tile (its WARPS_M * FM * 16 x WARPS_N * FN * 8) and K slice.
+  constexpr std::int64_t kTileM = 128, kTileN = 128, kSlice = 32;
   const std::int64_t across = (n + kTileN - 1) / kTileN,
                      tiles = across * ((m + kTileM - 1) / kTileM);
-  Launch launch(l, "gemm_coopmat", {(trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0)});
-  launch.in(a).in(b).out(c).i(m).i(n).i(k).i(across).i(tiles).i(g.rank);
+  KParts split{k, 1};
+  const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
+  if (k >= 2048 && m % kTileM == 0 && n % kTileN == 0 && g.count * tiles < units)
+    split =
+        split_k(k, std::min((units + g.count * tiles - 1) / (g.count * tiles), k / 1024), kSlice);
+  const std::int64_t count = g.count * m * n;
+  const Tensor partial =
+      split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();
+  Launch launch(l, "gemm_coopmat",
+                {(trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0) |
+                 (split.parts > 1 ? kFlagCoopSplit : 0)});
+  launch.in(a).in(b).out(split.parts > 1 ? partial : c).i(m).i(n).i(k).i(across).i(tiles).i(g.rank);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.shape[d] : 1);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_a[d] : 0);
   for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_b[d] : 0);
-  launch.i(g.count).group(256).groups(g.count * tiles);
+  launch.i(g.count).i(split.per).group(256).groups(split.parts * g.count * tiles);
+  if (split.parts > 1) {
+    const Tensor sums = Tensor::empty(c.shape(), DType::f32, &l.device());
+    sum_lines(l, partial, sums, 1, split.parts, count, 1.0f);
+    cast_into(l, sums, c);
+  }
   return true;
 }
 

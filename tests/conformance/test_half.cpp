@@ -255,6 +255,11 @@ std::vector<Case> half_cases() {
     c.push_back(matmul_case(t, {"odd", 37, 53, 29}, false, true, true));
     c.push_back(matmul_case(t, {"long_k", 9, 7, 2100}, false, false, true));
     c.push_back(matmul_case(t, {"aligned", 136, 264, 72}, false, true, true));
+    // Whole 128 x 128 tiles and a long K: the matrix-unit GEMM splits K (as a weight gradient).
+    if (t == DType::f16) {
+      c.push_back(matmul_case(t, {"split_k", 128, 128, 4096}, false, false, false));
+      c.push_back(matmul_case(t, {"split_k", 128, 128, 4096}, true, false, false));
+    }
     c.push_back(bmm_case(t));
   }
   return c;

@@ -18,7 +18,10 @@
 // Bindings: 0 a, 1 b, 2 c [batch, M, N]. Words as gemm.tk's (MODE 0): P(0) M, P(1) N, P(2) K,
 // P(3) tiles across N, P(4) tiles per matrix, P(5) batch rank, P(6..9) batch extents,
 // P(10..13) a's and P(14..17) b's matrix strides, P(18) matrices. V0: 1 a stored [K, M], 2 b
-// stored [N, K].
+// stored [N, K], 4 split K: work-group batch part * matrices + matrix sums K in [part * P(19),
+// (part + 1) * P(19)) (P(19) a multiple of 32) and stores its f32 sums to c [parts, matrices, M,
+// N] (M and N multiples of the tile: whole tiles, stored straight from the fragments); the host
+// adds the parts up.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -44,11 +47,13 @@ layout(push_constant) uniform CmPush {
 layout(binding = 0) readonly restrict buffer CmA { uvec4 v[]; } cm_a;
 layout(binding = 1) readonly restrict buffer CmB { uvec4 v[]; } cm_b;
 layout(binding = 2) writeonly restrict buffer CmC { uvec4 v[]; } cm_c;
+layout(binding = 2) writeonly restrict buffer CmCF { float v[]; } cm_cf;  // split K's f32 parts
 
 #define P(i) pc.w[9 + (i)]
 #define NGROUPS pc.w[8]
 #define TRANS_A ((V0 & 1) != 0)
 #define TRANS_B ((V0 & 2) != 0)
+#define SPLIT ((V0 & 4) != 0)
 
 // K slices of BK halves in BUFFERS shared buffers (two: the next slice is stored while this one
 // is multiplied, one barrier a slice; one: stored after it, two barriers).
@@ -95,7 +100,8 @@ void main() {
   const int m0 = (tile / P(3)) * BM;
   const int n0 = (tile - (tile / P(3)) * P(3)) * BN;
   int oa = 0, ob = 0;
-  int rest = batch;
+  const int part = SPLIT ? batch / P(18) : 0;  // split K: this part's slices [s0, s1)
+  int rest = SPLIT ? batch - part * P(18) : batch;
   for (int d = P(5) - 1; d >= 0; --d) {
     const int e = P(6 + d);
     const int c = rest % e;
@@ -127,12 +133,13 @@ void main() {
     sm[(buf) * (TILE_A + TILE_B) + TILE_A + place(lid + q * THREADS, TRANS_B ? BK : BN)] = \
         pre[CHUNKS_A + q];
 
-  const int slices = (K + BK - 1) / BK;
-  FETCH(0)
+  const int s0 = SPLIT ? part * (P(19) / BK) : 0;
+  const int slices = SPLIT ? min((K + BK - 1) / BK, s0 + P(19) / BK) : (K + BK - 1) / BK;
+  FETCH(s0 * BK)
   STORE(0)
   barrier();
-  for (int s = 0; s < slices; ++s) {
-    const int buf = BUFFERS == 2 ? s & 1 : 0;
+  for (int s = s0; s < slices; ++s) {
+    const int buf = BUFFERS == 2 ? (s - s0) & 1 : 0;
     if (s + 1 < slices) FETCH((s + 1) * BK)
     const int ta = buf * (TILE_A + TILE_B), tb = ta + TILE_A;
     [[unroll]] for (int kk = 0; kk < BK; kk += 16) {
@@ -165,6 +172,13 @@ void main() {
     }
   }
 
+  if (SPLIT) {  // whole tiles: each fragment's f32 sums straight to this part's c
+    const int at = pc.w[2] + batch * M * N + (m0 + wm) * N + n0 + wn;
+    [[unroll]] for (int i = 0; i < FM; ++i)
+      [[unroll]] for (int j = 0; j < FN; ++j)
+        coopMatStoreNV(acc[i][j], cm_cf.v, uint(at + i * 16 * N + j * 8), uint(N), false);
+    return;
+  }
   // Rounded to f16 and staged through shared memory (each subgroup's FM * 16 x FN * 8 as rows
   // of RS uvec4s), then stored 16 bytes at a time within C's edges.
   const int RS = FN + 1;
