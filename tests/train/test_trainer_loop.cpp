@@ -646,3 +646,33 @@ TEST(TrainerLoop, BadOptionsNameTheOptionAndTheValidRange) {
             std::string::npos)
       << diverged;
 }
+
+// precision: "bf16-mixed" trains the regression as far as "32-true" (within bf16's rounding of the
+// Linear's GEMM), not to the same bits. "16-mixed" starts with a loss scale (65536) that
+// overflows f16 in this model's backward GEMM: its first steps are skipped and counted
+// (skipped_steps), the scale halves until they fit, and it then trains.
+TEST(TrainerLoop, MixedPrecisionTrainsLikeF32) {
+  TensorLoader train(regression_data(64, 1), 16), val(regression_data(32, 9), 16);
+  auto run = [&](const std::string& precision) {
+    WeightedRegression m(sgd(0.05));
+    TrainerOptions o = quiet_options();
+    o.max_epochs = 6;
+    o.precision = precision;
+    Trainer t(o);
+    t.fit(m, train, &val);
+    EXPECT_EQ(t.global_step(), 6 * 4) << precision;
+    return std::pair{flat_weights(m), t.callback_metrics()};
+  };
+  const auto [w32, m32] = run("32-true");
+  const auto [wb, mb] = run("bf16-mixed");
+  const double e = normalised_error(wb, w32);
+  EXPECT_LT(e, 3e-2);
+  EXPECT_GT(e, 0.0) << "bf16-mixed trained in f32";
+  EXPECT_LT(mb.at("val_loss"), 1.2 * m32.at("val_loss") + 1e-3);
+  EXPECT_EQ(mb.count("skipped_steps"), 0u);
+  const auto [wh, mh] = run("16-mixed");
+  ASSERT_EQ(mh.count("skipped_steps"), 1u);
+  EXPECT_GT(mh.at("skipped_steps"), 0.0);
+  EXPECT_LT(mh.at("skipped_steps"), 8.0);
+  EXPECT_LT(mh.at("val_loss"), 2.0 * m32.at("val_loss") + 1e-3);
+}
