@@ -137,11 +137,14 @@ Case copies(DType t) {
             ASSERT_EQ(cb.size(), 10u * 9);
             for (std::size_t i = 0; i < 63; ++i) ASSERT_EQ(cb[i], xb[i]);
             for (std::size_t i = 0; i < 27; ++i) ASSERT_EQ(cb[63 + i], xb[18 + i]);
+            // Columns 3..6 of z from a [4, 4] window of x: strided destination and source.
             Tensor z = zeros({4, 9}, t, &d);
-            copy_(z.narrow(0, 1, 2), x.narrow(0, 4, 2));
+            copy_(z.narrow(1, 3, 4), x.narrow(0, 1, 4).narrow(1, 2, 4));
             const std::vector<std::uint16_t> zb = bits(z);
-            for (std::size_t i = 0; i < 36; ++i)
-              ASSERT_EQ(zb[i], i >= 9 && i < 27 ? xb[36 + (i - 9)] : 0) << "element " << i;
+            for (std::size_t r = 0; r < 4; ++r)
+              for (std::size_t c = 0; c < 9; ++c)
+                ASSERT_EQ(zb[r * 9 + c], c >= 3 && c < 7 ? xb[(1 + r) * 9 + 2 + (c - 3)] : 0)
+                    << "row " << r << " column " << c;
             for (const double value : {3.3, -1e-6, 7e4}) {
               const std::vector<std::uint16_t> fb = bits(Tensor::full({5, 3}, value, t, &d));
               for (std::uint16_t b : fb) ASSERT_EQ(b, narrow(t, static_cast<float>(value)));
