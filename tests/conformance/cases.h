@@ -3,13 +3,18 @@
 // main.cpp registers every case for every device found.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "tessera/device.h"
 #include "tessera/op.h"
+#include "tessera/tensor.h"
 
 namespace tessera::conformance {
 
@@ -48,6 +53,31 @@ std::vector<Case> nn_grad_cases();  // test_nn.cpp
 std::mt19937& rng();
 
 using Vec = std::vector<float>;
+using Ref = std::vector<double>;  // float64 references
+
+// ||out - ref|| / ||ref||, with ||ref||^2 floored at 1e-30 so that an all-zero reference still
+// compares. The sizes must match (callers assert it).
+inline double normalised_error(const Vec& out, const Ref& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < out.size() && i < ref.size(); ++i) {
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// A tensor on |d| holding |v|.
+inline Tensor on(Device& d, const Vec& v, const Shape& s) {
+  return Tensor::from(v, s, &d);
+}
+
+// Expects |out| (a device's values) within normalised error |tol| of |ref|, the error finite.
+inline void expect_close(const Vec& out, const Ref& ref, double tol = 1e-5) {
+  ASSERT_EQ(out.size(), ref.size());
+  const double err = normalised_error(out, ref);
+  EXPECT_LT(err, tol) << "normalised error " << err;
+  EXPECT_TRUE(std::isfinite(err));
+}
 
 inline Vec randn(std::int64_t n, float scale = 1.0f) {
   std::normal_distribution<float> d(0.0f, scale);

@@ -19,24 +19,6 @@ namespace tt = tessera::train;
 
 namespace {
 
-using Ref = std::vector<double>;
-
-void expect_close(const Vec& out, const Ref& ref, double tol = 1e-5) {
-  ASSERT_EQ(out.size(), ref.size());
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    num += (out[i] - ref[i]) * (out[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  const double err = std::sqrt(num / std::max(den, 1e-30));
-  EXPECT_LT(err, tol) << "normalised error " << err;
-  EXPECT_TRUE(std::isfinite(err));
-}
-
-Tensor on(Device& d, const Vec& v, const Shape& s) {
-  return Tensor::from(v, s, &d);
-}
-
 // ----- batched matmul -----
 
 // op(a) @ op(b) with torch.matmul's batch broadcasting, for a and b of rank >= 2.

@@ -15,25 +15,6 @@ using namespace tessera::conformance;
 
 namespace {
 
-using Ref = std::vector<double>;
-
-// ||out - ref|| / ||ref||, with ||ref|| floored so that an all-small reference still compares.
-void expect_close(const Vec& out, const Ref& ref, double tol = 1e-5) {
-  ASSERT_EQ(out.size(), ref.size());
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    num += (out[i] - ref[i]) * (out[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  const double err = std::sqrt(num / std::max(den, 1e-30));
-  EXPECT_LT(err, tol) << "normalised error " << err;
-  EXPECT_TRUE(std::isfinite(err));
-}
-
-Tensor on(Device& d, const Vec& v, const Shape& s) {
-  return Tensor::from(v, s, &d);
-}
-
 // ----- references -----
 Ref ref_matmul(const Vec& a, const Vec& b, std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
                bool tb) {

@@ -18,19 +18,9 @@ using namespace tessera::conformance;
 
 namespace {
 
-using Ref = std::vector<double>;
 using Mask = std::vector<std::uint8_t>;
 
 const std::int64_t kSizes[] = {0, 1, 3, 127, 1025};
-
-double normalised_error(const Vec& out, const Ref& ref) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    num += (out[i] - ref[i]) * (out[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 void expect_close(const Vec& out, const Ref& ref, const std::string& what, double tol = 1e-5) {
   ASSERT_EQ(out.size(), ref.size()) << what;
@@ -48,10 +38,6 @@ void expect_equal(const std::vector<T>& out, const std::vector<R>& ref, const st
                     << +static_cast<T>(ref[i]);
       return;
     }
-}
-
-Tensor on(Device& d, const Vec& v, const Shape& s) {
-  return Tensor::from(v, s, &d);
 }
 
 Tensor mask_on(Device& d, const Mask& m, const Shape& s) {
