@@ -82,6 +82,18 @@ KParts split_k(std::int64_t k, std::int64_t want, int tk) {
   return {per, (k + per - 1) / per};
 }
 
+// Appends the words both GEMM kernels read first (gemm.tk's MODE 0, gemm_coopmat.comp): P(0) M,
+// P(1) N, P(2) K, P(3) tiles across N, P(4) tiles per matrix, P(5) batch rank, P(6..9) batch
+// extents, P(10..17) a's and b's matrix strides, P(18) matrices.
+void gemm_words(Launch& launch, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t across,
+                std::int64_t tiles, const BatchDims& g) {
+  launch.i(m).i(n).i(k).i(across).i(tiles).i(g.rank);
+  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.shape[d] : 1);
+  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_a[d] : 0);
+  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_b[d] : 0);
+  launch.i(g.count);
+}
+
 // A launch of kernels/gemm.tk with tiles |t| and |flags| (V3), its shared memory and work-group
 // size set: the caller binds the tensors, appends the parameters and dispatches the groups.
 Launch gemm_launch(Launcher& l, const GemmTiles& t, int flags) {
@@ -150,11 +162,9 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, b
   Launch launch(l, "gemm_coopmat",
                 {(trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0) |
                  (split.parts > 1 ? kFlagCoopSplit : 0)});
-  launch.in(a).in(b).out(split.parts > 1 ? partial : c).i(m).i(n).i(k).i(across).i(tiles).i(g.rank);
-  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.shape[d] : 1);
-  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_a[d] : 0);
-  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_b[d] : 0);
-  launch.i(g.count).i(split.per).group(256).groups(split.parts * g.count * tiles);
+  launch.in(a).in(b).out(split.parts > 1 ? partial : c);
+  gemm_words(launch, m, n, k, across, tiles, g);
+  launch.i(split.per).group(256).groups(split.parts * g.count * tiles);
   if (split.parts > 1) {
     const Tensor sums = Tensor::empty(c.shape(), DType::f32, &l.device());
     sum_lines(l, partial, sums, 1, split.parts, count, 1.0f);
@@ -204,11 +214,8 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
   Launch launch = gemm_launch(l, t, flags);
   // Binding 3 is unread without a bias.
   launch.in(a).in(b).out(split.parts > 1 ? partial : sums).in(bias ? *bias : a);
-  launch.i(m).i(n).i(k).i(across).i(tiles).i(g.rank);
-  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.shape[d] : 1);
-  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_a[d] : 0);
-  for (int d = 0; d < kBatchRank; ++d) launch.i(d < g.rank ? g.stride_b[d] : 0);
-  launch.i(g.count).i(0).i(0).i(split.per).groups(split.parts * g.count * tiles);
+  gemm_words(launch, m, n, k, across, tiles, g);
+  launch.i(0).i(0).i(split.per).groups(split.parts * g.count * tiles);
   if (split.parts > 1) sum_lines(l, partial, sums, 1, split.parts, count, 1.0f);
   if (dtype != 0) cast_into(l, sums, c);
 }
