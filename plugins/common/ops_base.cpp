@@ -70,15 +70,20 @@ void copy(const OpCall& call, Launcher& l) {
 
 void fill(const OpCall& call, Launcher& l) {
   const Tensor& y = call.out(0);
-  if (dtype_size(y.dtype()) == 2) {
-    // f16, bf16: the value as one f32, cast to every element (rounded as a cast rounds it).
-    const Tensor one = Tensor::empty({1}, DType::f32, &l.device());
-    Launch(l, "copy", {1}).out(one).out(one).i(1).i(fill_bits(call)).run(1);
+  // f16, bf16: the value as one f32, then cast to every element (rounded as a cast rounds it).
+  const bool half = dtype_size(y.dtype()) == 2;
+  const Tensor target = half ? Tensor::empty({1}, DType::f32, &l.device()) : y;
+  Launch(l, "copy", {1})
+      .out(target)
+      .out(target)
+      .i(target.numel())
+      .i(fill_bits(call))
+      .run(target.numel());
+  if (half) {
     Shape ones;
     for (int d = 0; d < y.rank(); ++d) ones.push_back(1);
-    return cast_into(l, one.reshape(ones).expand(y.shape()), y);
+    cast_into(l, target.reshape(ones).expand(y.shape()), y);
   }
-  Launch(l, "copy", {1}).out(y).out(y).i(y.numel()).i(fill_bits(call)).run(y.numel());
 }
 
 void dropout_mask(const OpCall& call, Launcher& l) {
