@@ -29,6 +29,10 @@ GemmTiles gemm_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, st
 // when they load, so that a typo fails the plugin (and device selection) with the reason.
 void check_gemm_environment();
 
+// Reads TESSERA_ATTENTION_SCRATCH_MIB (the memory the attention backward may take for its dS
+// tiles); throws ConfigError if it is set and malformed. Called with check_gemm_environment.
+void check_attention_environment();
+
 // c = op(a) op(b) (+ bias [n] on every row) for the |g.count| matrices of |g|: a, b contiguous
 // matrices (op(a) is [m, k], op(b) [k, n]), c contiguous [count, m, n]; all f32, or all f16 or
 // all bf16 (summed in f32, rounded once into c).

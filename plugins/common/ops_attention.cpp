@@ -1,15 +1,26 @@
 // Launch geometry of scaled dot-product attention: the forward is one fused kernel per
 // (batch*head, block of query rows); the backward is delta = rowsum(grad_out * out), then one
 // kernel per (batch*head, block of keys) for dk and dv and one per (batch*head, block of query
-// rows) for dq, each recomputing the probabilities from lse (no [L, S] tensor, no atomics).
-// Two sets of kernels:
+// rows) for dq (no atomics). Two sets of kernels:
 // - kernels/flash_*.tk, register-tiled (8 x 4 outputs per invocation, shared memory read 4
 //   floats at a time), for head dims up to 64 that are multiples of 4 with every tensor at an
 //   offset that is a multiple of 4 (GPT-style heads), on the devices whose traits allow it
-//   (GpuTraits::tiled_attention: Vulkan, OpenCL GPUs); tiled_block chooses the block and buffers;
+//   (GpuTraits::tiled_attention: Vulkan, OpenCL GPUs); tiled_block chooses the block and buffers.
+//   The dk/dv kernel also stores each tile of dS it computes in a scratch tensor, and dq = dS k
+//   reads them back (flash_bwd_dq: one product a tile instead of three and the exponentials):
+//   heads in groups whose tiles fit kScratchBytes (TESSERA_ATTENTION_SCRATCH_MIB), or, where one
+//   head's do not, dq recomputing P and dP from lse (flash_bwd_q);
 // - kernels/attention_*.tk for every other shape: blocks of 64, 4 x 4 outputs per invocation,
-//   at most 128 output columns per kernel (wider heads take one launch per 128 columns).
+//   at most 128 output columns per kernel (wider heads take one launch per 128 columns), each
+//   backward kernel recomputing the probabilities from lse.
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include <tessera/errors.h>
 
 #include "geometry.h"
 #include "ops.h"
@@ -90,9 +101,14 @@ Tiling tiled_block(const Attn& g, std::initializer_list<const Tensor*> tensors, 
   return {};
 }
 
-// The parameters P(0)..P(10), shared memory and work-group size of the three register-tiled
-// kernels, |blocks| blocks per batch*head.
-Launch& tiled(Launch& launch, const Attn& g, Tiling t, std::int64_t blocks) {
+// The heads of one launch of the register-tiled kernels: [first, first + count).
+struct Heads {
+  std::int64_t first, count;
+};
+
+// The parameters P(0)..P(12), shared memory and work-group size of the register-tiled kernels:
+// |nq| query and |nk| key blocks per batch*head, heads |h|.
+Launch& tiled(Launch& launch, const Attn& g, Tiling t, std::int64_t nq, std::int64_t nk, Heads h) {
   return launch.i(g.l)
       .i(g.s)
       .i(g.e)
@@ -102,14 +118,36 @@ Launch& tiled(Launch& launch, const Attn& g, Tiling t, std::int64_t blocks) {
       .f(g.p)
       .i(g.key)
       .f(g.keep)
-      .i(blocks)
-      .i(g.bh)
+      .i(nq)
+      .i(nk)
+      .i(h.count)
+      .i(h.first)
       .shared(t.buffers * t.bk * 64)
       .group(t.bk * t.bk / 32);
 }
 
 std::int64_t blocks_of(std::int64_t n, std::int32_t bk) {
   return (n + bk - 1) / bk;
+}
+
+// The bytes the backward's dS tiles may take (heads are done in groups that fit):
+// TESSERA_ATTENTION_SCRATCH_MIB, 256 MiB unset; 0 has dq recompute P and dP instead. At most
+// 4096 MiB, so that the kernels index the tiles' floats with 32-bit integers.
+std::int64_t scratch_bytes() {
+  static const std::int64_t bytes = []() -> std::int64_t {
+    const char* env = std::getenv("TESSERA_ATTENTION_SCRATCH_MIB");
+    if (!env || !*env) return std::int64_t{256} << 20;
+    const std::string_view s(env);
+    std::int64_t mib = -1;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), mib);
+    if (ec != std::errc() || end != s.data() + s.size() || mib < 0 || mib > 4096)
+      throw ConfigError(fmt::format(
+          "TESSERA_ATTENTION_SCRATCH_MIB='{}' is not a number of MiB from 0 to 4096 (the "
+          "memory the attention backward may use for its dS tiles; 0: none); unset it for 256",
+          s));
+    return mib << 20;
+  }();
+  return bytes;
 }
 
 void attention(const OpCall& call, Launcher& l) {
@@ -119,7 +157,7 @@ void attention(const OpCall& call, Launcher& l) {
     const std::int64_t nb = blocks_of(g.l, t.bk);
     Launch launch(l, "flash_fwd", {t.bk, t.resident_q()});
     launch.in(call.in(0)).in(call.in(1)).in(call.in(2)).out(call.out(0)).out(call.out(1));
-    tiled(launch, g, t, nb).groups(g.bh * nb);
+    tiled(launch, g, t, nb, blocks_of(g.s, t.bk), {0, g.bh}).groups(g.bh * nb);
     return;
   }
   for (std::int64_t i = 0; i < slices(g.ev); ++i) {
@@ -149,24 +187,64 @@ void attention(const OpCall& call, Launcher& l) {
   }
 }
 
+// delta = rowsum(grad_out * out) per query row (kernels/attention_delta.tk): [rows], or with
+// |with_lse| [rows, 2] of (lse, delta).
+Tensor row_terms(Launcher& l, const Attn& g, const Tensor& grad, const Tensor& out,
+                 const Tensor& lse, bool with_lse) {
+  const std::int64_t rows = g.bh * g.l;
+  const Tensor t = with_lse ? Tensor::empty({rows, 2}, DType::f32, &l.device())
+                            : Tensor::empty({rows}, DType::f32, &l.device());
+  Launch(l, "attention_delta", {with_lse ? 1 : 0})
+      .in(grad)
+      .in(out)
+      .in(lse)
+      .out(t)
+      .i(rows)
+      .i(g.ev)
+      .run(rows);
+  return t;
+}
+
 void attention_backward(const OpCall& call, Launcher& l) {
   const Tensor &grad = call.in(0), &q = call.in(1), &k = call.in(2), &v = call.in(3);
   const Tensor &out = call.in(4), &lse = call.in(5);
   const Attn g = attn(call, q, k, v);
-  const Tensor delta = Tensor::empty(lse.shape(), DType::f32, &l.device());
-  Launch(l, "attention_delta").in(grad).in(out).out(delta).i(g.bh * g.l).i(g.ev).run(g.bh * g.l);
   if (const Tiling t =
           tiled_block(g, {&grad, &q, &k, &v, &call.out(0), &call.out(1), &call.out(2)}, l);
       t.bk != 0) {
+    // [lse, delta] per query row: one binding for both, so that the dk/dv kernel keeps one for
+    // the dS tiles.
+    const Tensor stats = row_terms(l, g, grad, out, lse, true);
     const std::int64_t nk = blocks_of(g.s, t.bk), nq = blocks_of(g.l, t.bk);
-    Launch kv(l, "flash_bwd_kv", {t.bk, t.resident_q()});
-    kv.in(q).in(k).in(v).in(grad).in(lse).in(delta).out(call.out(1)).out(call.out(2));
-    tiled(kv, g, t, nk).groups(g.bh * nk);
-    Launch dq(l, "flash_bwd_q", {t.bk, t.resident_q()});
-    dq.in(q).in(k).in(v).in(grad).in(lse).in(delta).out(call.out(0));
-    tiled(dq, g, t, nq).groups(g.bh * nq);
+    // Heads per group: one head's tiles are nq * nk * bk * bk floats (divided, not multiplied,
+    // against the limit: no overflow at any size).
+    const std::int64_t limit = scratch_bytes(), tile_bytes = std::int64_t{t.bk} * t.bk * 4;
+    const std::int64_t row_bytes = nk <= limit / tile_bytes ? nk * tile_bytes : 0;
+    const std::int64_t head_bytes = row_bytes != 0 && nq <= limit / row_bytes ? nq * row_bytes : 0;
+    const std::int64_t per = head_bytes != 0 ? std::min(g.bh, limit / head_bytes) : 0;
+    if (per == 0) {  // one head's tiles do not fit: dq recomputes P and dP
+      // Binding 7 (the tiles) is not accessed with V2 = 0: dk is bound there again.
+      Launch kv(l, "flash_bwd_kv", {t.bk, t.resident_q(), 0});
+      kv.in(q).in(k).in(v).in(grad).in(stats).out(call.out(1)).out(call.out(2)).out(call.out(1));
+      tiled(kv, g, t, nq, nk, {0, g.bh}).groups(g.bh * nk);
+      Launch dq(l, "flash_bwd_q", {t.bk, t.resident_q()});
+      dq.in(q).in(k).in(v).in(grad).in(stats).out(call.out(0));
+      tiled(dq, g, t, nq, nk, {0, g.bh}).groups(g.bh * nq);
+      return;
+    }
+    const Tensor tiles = Tensor::empty({per * head_bytes / 4}, DType::f32, &l.device());
+    for (std::int64_t h0 = 0; h0 < g.bh; h0 += per) {
+      const Heads h{h0, std::min(per, g.bh - h0)};
+      Launch kv(l, "flash_bwd_kv", {t.bk, t.resident_q(), 1});
+      kv.in(q).in(k).in(v).in(grad).in(stats).out(call.out(1)).out(call.out(2)).out(tiles);
+      tiled(kv, g, t, nq, nk, h).groups(h.count * nk);
+      Launch dq(l, "flash_bwd_dq", {t.bk});
+      dq.in(k).in(tiles).out(call.out(0));
+      tiled(dq, g, t, nq, nk, h).groups(h.count * nq);
+    }
     return;
   }
+  const Tensor delta = row_terms(l, g, grad, out, lse, false);
   for (std::int64_t i = 0; i < slices(std::max(g.e, g.ev)); ++i) {
     const std::int64_t wk = width(g.e, i), wv = width(g.ev, i);
     Launch(l, "attention_bwd_kv", {per_invocation(wk), per_invocation(wv)})
@@ -225,6 +303,10 @@ void attention_backward(const OpCall& call, Launcher& l) {
 }
 
 }  // namespace
+
+void check_attention_environment() {
+  (void)scratch_bytes();
+}
 
 void add_attention_ops(PortableOps& ops) {
   ops.add(OpId::scaled_dot_product_attention, attention);

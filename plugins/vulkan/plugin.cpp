@@ -55,6 +55,7 @@ class VulkanBackend final : public common::OwningBackend {
 
 std::unique_ptr<Backend> create_backend() {
   common::check_gemm_environment();
+  common::check_attention_environment();
   return std::make_unique<VulkanBackend>();
 }
 

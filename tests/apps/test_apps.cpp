@@ -245,25 +245,43 @@ TEST(TesseraDevices, TheCpuGemmLibraryAndThreadCountFollowTheirVariables) {
   }
 }
 
-// TESSERA_GEMM_TILES, read by both GPU plugins when they load: a malformed value fails each with
-// the reason, and no device is chosen.
-TEST(TesseraDevices, AMalformedGemmTilesVariableFailsTheGpuPlugins) {
-  for (const std::string value :
-       {"abc", "128,128,16,8,8", "128,128,16,8,8,3", "9999999999,1,1,1,1,1", "128,128,16,8,8,2,"}) {
-    const Result r = run("TESSERA_GEMM_TILES=" + value, std::string(DEVICES_BIN) + " --json");
+namespace {
+
+// |variable|=|value| for each malformed value, a variable both GPU plugins read when they load:
+// each fails with a reason starting "|variable|='|value|' |says|", and no device is chosen.
+void expect_gpu_plugins_refuse(const std::string& variable,
+                               std::initializer_list<const char*> values, const std::string& says) {
+  for (const std::string value : values) {
+    const Result r = run(variable + "=" + value, std::string(DEVICES_BIN) + " --json");
     EXPECT_EQ(r.code, 2) << value << "\n" << r.out << r.err;
     const json j = json::parse(r.out);
     for (const char* name : {"vulkan", "opencl"}) {
       const json* p = find(j["plugins"], "name", name);
       ASSERT_NE(p, nullptr) << name;
       EXPECT_EQ((*p)["stage"], "config") << name << " " << value;
-      EXPECT_NE((*p)["reason"].get<std::string>().find("TESSERA_GEMM_TILES='" + value +
-                                                       "' is not TM,TN,TK,WM,WN,BUFFERS"),
+      EXPECT_NE((*p)["reason"].get<std::string>().find(variable + "='" + value + "' " + says),
                 std::string::npos)
           << (*p)["reason"];
     }
   }
+}
+
+}  // namespace
+
+TEST(TesseraDevices, AMalformedGemmTilesVariableFailsTheGpuPlugins) {
+  expect_gpu_plugins_refuse(
+      "TESSERA_GEMM_TILES",
+      {"abc", "128,128,16,8,8", "128,128,16,8,8,3", "9999999999,1,1,1,1,1", "128,128,16,8,8,2,"},
+      "is not TM,TN,TK,WM,WN,BUFFERS");
   const Result ok = run("TESSERA_GEMM_TILES=64,64,16,8,8,1", DEVICES_BIN);
+  EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
+}
+
+TEST(TesseraDevices, AMalformedAttentionScratchVariableFailsTheGpuPlugins) {
+  expect_gpu_plugins_refuse("TESSERA_ATTENTION_SCRATCH_MIB",
+                            {"abc", "-1", "4097", "12MiB", "99999999999999999999"},
+                            "is not a number of MiB");
+  const Result ok = run("TESSERA_ATTENTION_SCRATCH_MIB=0", DEVICES_BIN);
   EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
 }
 
