@@ -153,6 +153,64 @@ TEST(GradScaler, ScalesSkipsAndGrows) {
   EXPECT_THROW(GradScaler({.growth_interval = 0}), InvalidArgument);
 }
 
+// state_dict() and load_state_dict(): a scaler restored mid-run continues as the original does
+// (the scale, the good steps towards growth, the skips); malformed state is refused whole.
+TEST(GradScaler, StateRoundTripsAndContinuesTheRun) {
+  Variable p(Tensor::from(std::vector<float>{1, 2, 3}, {3}), true);
+  SGD opt({{"p", &p}}, SgdOptions{.lr = 0.5, .momentum = 0});
+  GradScaler a(
+      {.init_scale = 1024, .growth_factor = 4, .backoff_factor = 0.25, .growth_interval = 3});
+  auto step = [&](GradScaler& s, float g) {
+    p.set_grad(Tensor::from(std::vector<float>{g, g, g}, {3}));
+    (void)s.step(opt);
+    s.update();
+  };
+  step(a, INFINITY);  // skipped: 1024 -> 256
+  step(a, 1.0f);      // one good step towards growth
+  step(a, 1.0f);      // two
+  const auto state = a.state_dict();
+  EXPECT_EQ(state.at("scale"), "256");
+  EXPECT_EQ(state.at("growth_tracker"), "2");
+  EXPECT_EQ(state.at("skipped_steps"), "1");
+  EXPECT_EQ(GradScaler::check_state(state), "");
+  GradScaler b;  // other options: the state's replace them
+  b.load_state_dict(state);
+  EXPECT_EQ(b.state_dict(), state);
+  step(a, 1.0f);  // the third good step: 256 -> 1024 in both
+  step(b, 1.0f);
+  EXPECT_EQ(a.get_scale(), 1024.0);
+  EXPECT_EQ(b.get_scale(), 1024.0);
+  EXPECT_EQ(b.skipped_steps(), 1);
+  // Each malformed state names its key; the scaler keeps its own.
+  const std::vector<std::pair<std::pair<std::string, std::string>, std::string>> bad = {
+      {{"scale", "0"}, "scale is 0"},
+      {{"scale", "inf"}, "'scale' is 'inf', not a number"},
+      {{"growth_factor", "1"}, "growth_factor is 1"},
+      {{"backoff_factor", "2"}, "backoff_factor is 2"},
+      {{"growth_interval", "0"}, "'growth_interval' is '0', expected an integer of 1 or more"},
+      {{"growth_tracker", "-1"}, "'growth_tracker' is '-1'"},
+      {{"skipped_steps", "1.5"}, "'skipped_steps' is '1.5'"},
+      {{"loss_scale", "2"}, "'loss_scale' is not part of a GradScaler's state"},
+  };
+  for (const auto& [kv, says] : bad) {
+    auto s = state;
+    s[kv.first] = kv.second;
+    EXPECT_NE(GradScaler::check_state(s).find(says), std::string::npos)
+        << kv.first << ": " << GradScaler::check_state(s);
+    try {
+      b.load_state_dict(s);
+      ADD_FAILURE() << kv.first << " was taken";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(b.get_scale(), 1024.0);
+  }
+  auto missing = state;
+  missing.erase("growth_tracker");
+  EXPECT_NE(GradScaler::check_state(missing).find("'growth_tracker' is missing"),
+            std::string::npos);
+}
+
 TEST(Autocast, TrainerRefusesAnUnknownPrecision) {
   TrainerOptions o;
   o.enable_progress_bar = false;

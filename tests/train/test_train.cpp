@@ -463,6 +463,15 @@ TEST(Checkpoint, EveryFieldIsCheckedAndNothingChangesOnError) {
   expect(file_error, "metadata 'callback.X' is not a JSON object", set("callback.X", "[1]"));
   expect(file_error, "metadata 'callback.X' entry 'a' is not a string",
          set("callback.X", R"({"a": 1})"));
+  expect(file_error, "metadata 'grad_scaler' is not a JSON object", set("grad_scaler", "[1]"));
+  expect(file_error, "metadata 'grad_scaler' entry 'scale' is not a string",
+         set("grad_scaler", R"({"scale": 2})"));
+  expect(file_error, "metadata 'grad_scaler': scale is -2; pass a positive number",
+         set("grad_scaler", R"({"scale": "-2", "growth_factor": "2", "backoff_factor": "0.5",
+                                "growth_interval": "2000", "growth_tracker": "0",
+                                "skipped_steps": "0"})"));
+  expect(file_error, "metadata 'grad_scaler': 'growth_factor' is missing",
+         set("grad_scaler", R"({"scale": "2"})"));
   expect(file_error, "metadata 'global_step' is '-1'", set("global_step", "-1"));  // wrapped
   expect(file_error, "global_step is 0 after 1 epochs", [](Meta& m, Tensors&) {
     m["global_step"] = "0";

@@ -676,3 +676,41 @@ TEST(TrainerLoop, MixedPrecisionTrainsLikeF32) {
   EXPECT_LT(mh.at("skipped_steps"), 8.0);
   EXPECT_LT(mh.at("val_loss"), 2.0 * m32.at("val_loss") + 1e-3);
 }
+
+// A 16-mixed run resumed from a checkpoint continues with the loss scale where it stood (the
+// checkpoint holds the scaler's state): the same weights, bit for bit, as the run without the
+// interruption; had the scaler started again at its initial scale, the resumed run would skip its
+// first steps again.
+TEST(TrainerLoop, MixedPrecisionResumesWithTheLossScale) {
+  TensorLoader train(regression_data(64, 1), 16), val(regression_data(32, 9), 16);
+  const fs::path dir = temp_dir("resume-16-mixed");
+  TrainerOptions o = quiet_options();
+  o.precision = "16-mixed";
+  o.max_epochs = 4;
+  WeightedRegression straight(sgd(0.05));
+  Trainer a(o);
+  a.fit(straight, train, &val);
+  ASSERT_GT(a.callback_metrics().at("skipped_steps"), 0.0);
+
+  ModelCheckpointOptions mo;
+  mo.dirpath = dir;
+  mo.filename = "e{epoch}";
+  mo.save_top_k = -1;
+  o.callbacks = {std::make_shared<ModelCheckpoint>(mo)};
+  o.max_epochs = 2;
+  WeightedRegression first(sgd(0.05));
+  Trainer(o).fit(first, train, &val);
+  ASSERT_TRUE(fs::exists(dir / "e1.safetensors"));
+  o.max_epochs = 4;
+  WeightedRegression resumed(sgd(0.05));
+  Trainer b(o);
+  b.fit(resumed, train, &val, dir / "e1.safetensors");
+  EXPECT_EQ(flat_weights(resumed), flat_weights(straight));
+  EXPECT_EQ(b.callback_metrics().at("skipped_steps"), a.callback_metrics().at("skipped_steps"));
+
+  // The same checkpoint resumes a 32-true run (no scaler: the state is not used).
+  o.precision = "32-true";
+  WeightedRegression plain(sgd(0.05));
+  Trainer(o).fit(plain, train, &val, dir / "e1.safetensors");
+  fs::remove_all(dir);
+}

@@ -14,6 +14,7 @@
 #include "tessera/errors.h"
 #include "tessera/log.h"
 #include "tessera/ops.h"
+#include "tessera/train/autocast.h"
 #include "tessera/train/lightning.h"
 #include "tessera/train/safetensors.h"
 #include "trainer_steps.h"
@@ -189,6 +190,11 @@ void save_checkpoint(const fs::path& path, Module& model, const Optimizer& optim
     for (const auto& [k, v] : state) o[k] = v;
     meta[std::string(kCallbackPrefix) + key] = o.dump();
   }
+  if (!progress.grad_scaler.empty()) {
+    nlohmann::json o = nlohmann::json::object();
+    for (const auto& [k, v] : progress.grad_scaler) o[k] = v;
+    meta["grad_scaler"] = o.dump();
+  }
   if (const auto* lm = dynamic_cast<const LightningModule*>(&model))
     for (const auto& [k, v] : lm->hyperparameters()) meta[std::string(kHparamsPrefix) + k] = v;
   save_safetensors(path, tensors, meta);
@@ -203,9 +209,9 @@ TrainingProgress load_checkpoint(const fs::path& path, Module& model, Optimizer&
 
   // Metadata: every key known, every value well-formed, before anything is used.
   static const std::set<std::string> kKeys{
-      "format",     "epoch",      "epoch_batch",  "global_step", "batches_seen",
-      "seed",       "model",      "optimizer",    "lr",          "history",
-      "epoch_sums", "epoch_loss", "lr_scheduler", "world_size",  "epoch_sample"};
+      "format",       "epoch",      "epoch_batch",  "global_step", "batches_seen", "seed",
+      "model",        "optimizer",  "lr",           "history",     "epoch_sums",   "epoch_loss",
+      "lr_scheduler", "world_size", "epoch_sample", "grad_scaler"};
   OptimizerState os;
   std::map<std::string, std::string> scheduler_state;
   TrainingProgress progress;
@@ -273,6 +279,17 @@ TrainingProgress load_checkpoint(const fs::path& path, Module& model, Optimizer&
       progress.epoch_sums[k] = sum_of(path, v, fmt::format("metadata 'epoch_sums' '{}'", k));
     progress.epoch_loss =
         sum_of(path, parse_json(path, "epoch_loss", meta("epoch_loss")), "metadata 'epoch_loss'");
+  }
+  if (c.metadata.count("grad_scaler")) {
+    const nlohmann::json o = parse_json(path, "grad_scaler", meta("grad_scaler"));
+    if (!o.is_object()) malformed(path, "metadata 'grad_scaler' is not a JSON object");
+    for (const auto& [name, value] : o.items()) {
+      if (!value.is_string())
+        malformed(path, fmt::format("metadata 'grad_scaler' entry '{}' is not a string", name));
+      progress.grad_scaler[name] = value.get<std::string>();
+    }
+    if (const std::string bad = GradScaler::check_state(progress.grad_scaler); !bad.empty())
+      malformed(path, "metadata 'grad_scaler': " + bad);
   }
   if (const std::string bad = inconsistency(progress); !bad.empty()) malformed(path, bad);
   if (const auto lr = detail::parse_number(meta("lr")); !lr || *lr < 0)

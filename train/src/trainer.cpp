@@ -163,6 +163,7 @@ void Trainer::save_checkpoint(const std::filesystem::path& path) const {
   p.callbacks.clear();
   for (const auto& cb : options_.callbacks)
     if (const std::string key = cb->state_key(); !key.empty()) p.callbacks[key] = cb->state_dict();
+  p.grad_scaler = scaler_ ? scaler_->state_dict() : std::map<std::string, std::string>{};
   train::save_checkpoint(path, *module_, *config_.optimizer, p, config_.lr_scheduler.get());
 }
 

@@ -164,6 +164,18 @@ void Trainer::resume(Fit& fit, const std::filesystem::path& ckpt_path) {
           fmt::format("{}: callback {}: {}", ckpt_path.string(), cb->state_key(), e.what()));
     }
   }
+  // The loss scale where the run stood ("16-mixed"), as Lightning restores its scaler's state:
+  // otherwise the first steps after resuming would overflow and be skipped again. A checkpoint of
+  // another precision has none (the scaler starts at its initial scale), and a run without a
+  // scaler has no use for one.
+  if (scaler_ && !p.grad_scaler.empty()) {
+    scaler_->load_state_dict(p.grad_scaler);  // checked by load_checkpoint
+  } else if (scaler_) {
+    tessera::log().info(
+        "{}: holds no loss-scaler state (not written by a 16-mixed run); the "
+        "scaler starts at scale {}",
+        ckpt_path.string(), scaler_->get_scale());
+  }
   progress_ = std::move(p);
   resumed_ = true;
   resumed_from_ = ckpt_path;

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
 
 #include "tessera/dtype.h"
 #include "tessera/train/autograd.h"
@@ -58,8 +60,8 @@ class GradScaler {
   // Divides every gradient of |optimizer|'s parameters by the scale (each replaced, as
   // clip_grad_norm_ does) and notes whether any is not finite, through their total norm (one
   // value read back, so it waits for the device; a norm past f32's range, gradients beyond about
-  // 1e19, counts as not finite too). Call at most once per step, after backward() and before clipping; step() calls
-  // it when it was not called.
+  // 1e19, counts as not finite too). Call at most once per step, after backward() and before
+  // clipping; step() calls it when it was not called.
   void unscale_(Optimizer& optimizer);
   // optimizer.step() unless a gradient was not finite; returns whether it stepped.
   bool step(Optimizer& optimizer);
@@ -69,6 +71,18 @@ class GradScaler {
 
   double get_scale() const { return scale_; }
   std::int64_t skipped_steps() const { return skipped_; }
+
+  // What a checkpoint keeps, as torch's GradScaler.state_dict(): "scale", "growth_factor",
+  // "backoff_factor", "growth_interval", "growth_tracker" (steps in a row without a non-finite
+  // gradient) and "skipped_steps", each a decimal number that reads back to the same value. Call
+  // between steps (after update()).
+  std::map<std::string, std::string> state_dict() const;
+  // Takes |state| (every key of state_dict(), no other) after checking all of it; throws
+  // InvalidArgument naming the key otherwise (a value not a number, or not one the options
+  // accept; growth_tracker and skipped_steps must be integers of 0 or more) and changes nothing.
+  void load_state_dict(const std::map<std::string, std::string>& state);
+  // The reason load_state_dict() would refuse |state|, or "" when it would take it.
+  static std::string check_state(const std::map<std::string, std::string>& state);
 
  private:
   Options options_;

@@ -54,6 +54,8 @@ struct TrainingProgress {
   MetricSum epoch_loss;
   // Each stateful callback's state (Callback::state_key -> Callback::state_dict).
   std::map<std::string, std::map<std::string, std::string>> callbacks;
+  // The loss scaler's state (GradScaler::state_dict) of a "16-mixed" run; empty: none.
+  std::map<std::string, std::string> grad_scaler;
 };
 
 // Writes the model's tensors under their state_dict names, optimizer state under
@@ -74,7 +76,8 @@ void save_checkpoint(const std::filesystem::path& path, Module& model, const Opt
 //   that fits (no sign, no spaces, no trailing characters); a history that is not rows of
 //   non-decreasing epoch and step with finite or null figures; fewer training batches than
 //   steps; lr not a non-negative number; an optimizer step count that differs from global_step;
-//   callback state or epoch sums that are not JSON objects of strings / number pairs.
+//   callback state or epoch sums that are not JSON objects of strings / number pairs; loss-scaler
+//   state (optional) that GradScaler::check_state refuses.
 // - InvalidArgument when it holds another model, optimizer or scheduler: a tensor missing, of
 //   another dtype or shape, or one the model does not have; the optimizer's name; optimizer or
 //   scheduler state they refuse; scheduler state without a scheduler or the reverse.
