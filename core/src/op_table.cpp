@@ -342,6 +342,63 @@ bool op_from_name(std::string_view name, OpId& out) {
   return false;
 }
 
+bool op_computes_in_f32(OpId op) {
+  switch (op) {
+    case OpId::add:
+    case OpId::sub:
+    case OpId::mul:
+    case OpId::div:
+    case OpId::add_scalar:
+    case OpId::mul_scalar:
+    case OpId::relu:
+    case OpId::relu_backward:
+    case OpId::exp:
+    case OpId::log:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::sum:
+    case OpId::mean:
+    case OpId::max:
+    case OpId::max_backward:
+    case OpId::argmax:
+    case OpId::min:
+    case OpId::min_backward:
+    case OpId::var:
+    case OpId::std:
+    case OpId::prod:
+    case OpId::prod_backward:
+    case OpId::softmax:
+    case OpId::log_softmax:
+    case OpId::softmax_backward:
+    case OpId::log_softmax_backward:
+    case OpId::neg:
+    case OpId::abs:
+    case OpId::sign:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::pow:
+    case OpId::clamp:
+    case OpId::gelu:
+    case OpId::gelu_backward:
+    case OpId::silu:
+    case OpId::silu_backward:
+    case OpId::erf:
+    case OpId::minimum:
+    case OpId::maximum:
+    case OpId::eq:
+    case OpId::ne:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
+    case OpId::where:
+    case OpId::masked_fill:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string OpCall::describe() const {
   const Tensor& t = num_inputs > 0 ? in(0) : out(0);
   if (!t.defined()) return "no tensors";

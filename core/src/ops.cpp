@@ -54,6 +54,49 @@ AxisAttrs axis_attrs(const Tensor& x, int axis, bool keepdim) {
 
 }  // namespace
 
+namespace {
+
+bool is_16bit(const Tensor& t) {
+  return t.defined() && (t.dtype() == DType::f16 || t.dtype() == DType::bf16);
+}
+
+// An f16/bf16 |call| of an op that computes in f32 (op_computes_in_f32), where |dev|'s kernel
+// does not take it but takes the same call in f32: runs it so on |dev| (16-bit inputs cast to
+// f32 before broadcasting, |given|; 16-bit outputs computed in f32, then cast into the call's)
+// and returns true. Otherwise false, and the dispatcher runs |call| (natively, through the
+// fallback chain, or with the error that says why not).
+bool run_widened(const OpCall& call, const std::array<Tensor, kMaxOpInputs>& given, Device& dev) {
+  if (!op_computes_in_f32(call.op)) return false;
+  bool half = false;
+  for (int i = 0; i < call.num_inputs; ++i) half = half || is_16bit(call.in(i));
+  for (int i = 0; i < call.num_outputs; ++i) half = half || is_16bit(call.out(i));
+  if (!half || dev.supports(call)) return false;
+  OpCall wide = call;
+  for (int i = 0; i < call.num_inputs; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    if (!is_16bit(call.in(i))) continue;
+    const Tensor f = cast(given[k], DType::f32);
+    wide.inputs[k] = f.shape() == call.in(i).shape() ? f : f.expand(call.in(i).shape());
+  }
+  for (int i = 0; i < call.num_outputs; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    if (is_16bit(call.out(i)))
+      wide.outputs[k] = Tensor::empty(call.out(i).shape(), DType::f32, &dev);
+  }
+  if (!dev.supports(wide)) return false;
+  dispatcher().run(dev, wide);
+  for (int i = 0; i < call.num_outputs; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    if (!is_16bit(call.out(i))) continue;
+    OpCall c = make_call(OpId::cast, {wide.outputs[k]});
+    c.outputs[0] = call.outputs[k];
+    run_op(c);
+  }
+  return true;
+}
+
+}  // namespace
+
 void run_op(OpCall& call) {
   const OpDef& def = op_def(call.op);
   Device* dev = common_device(call);
@@ -84,11 +127,13 @@ void run_op(OpCall& call) {
                                         dtype_name(s.dtype)));
     }
   }
+  const std::array<Tensor, kMaxOpInputs> given = call.inputs;  // before broadcasting
   if (def.strided_inputs && def.num_outputs == 1)
     for (int i = 0; i < call.num_inputs; ++i)
       if (!(call.in(i).shape() == call.out(0).shape()))
         call.inputs[static_cast<std::size_t>(i)] = call.in(i).expand(call.out(0).shape());
 
+  if (run_widened(call, given, *dev)) return;
   dispatcher().run(*dev, call);
 }
 

@@ -22,6 +22,13 @@ void require_f32(const OpCall& call, const Tensor& t, const char* what) {
   require_dtype(call, t, DType::f32, what);
 }
 
+// f32, f16 or bf16 (the 16-bit ones computed in f32: op_computes_in_f32).
+void require_float(const OpCall& call, const Tensor& t, const char* what) {
+  const DType d = t.dtype();
+  require(d == DType::f32 || d == DType::f16 || d == DType::bf16, call,
+          "{} must be f32, f16 or bf16, got {}", what, dtype_name(d));
+}
+
 // (grad [reduced], x) of a reduction's backward: grad is x reduced along the axis, keepdim or not.
 void check_reduce_backward(const OpCall& call, std::span<TensorSpec> out, bool nonempty) {
   const auto& at = call.attr<AxisAttrs>();
@@ -98,10 +105,10 @@ void check_logits_labels(const OpCall& call) {
 
 void infer_min(const OpCall& call, std::span<TensorSpec> out) {
   const auto& at = call.attr<AxisAttrs>();
-  require_f32(call, call.in(0), "x");
+  require_float(call, call.in(0), "x");
   const Shape r = reduced(call, call.in(0).shape(), at.axis, at.keepdim);
   require(call.in(0).dim(at.axis) > 0, call, "can not reduce an empty axis");
-  out[0] = {r, DType::f32};
+  out[0] = {r, call.in(0).dtype()};
 }
 
 void infer_min_backward(const OpCall& call, std::span<TensorSpec> out) {
@@ -110,14 +117,14 @@ void infer_min_backward(const OpCall& call, std::span<TensorSpec> out) {
 
 void infer_var(const OpCall& call, std::span<TensorSpec> out) {
   const auto& at = call.attr<VarAttrs>();
-  require_f32(call, call.in(0), "x");
-  out[0] = {reduced(call, call.in(0).shape(), at.axis, at.keepdim), DType::f32};
+  require_float(call, call.in(0), "x");
+  out[0] = {reduced(call, call.in(0).shape(), at.axis, at.keepdim), call.in(0).dtype()};
 }
 
 void infer_prod(const OpCall& call, std::span<TensorSpec> out) {
   const auto& at = call.attr<AxisAttrs>();
-  require_f32(call, call.in(0), "x");
-  out[0] = {reduced(call, call.in(0).shape(), at.axis, at.keepdim), DType::f32};
+  require_float(call, call.in(0), "x");
+  out[0] = {reduced(call, call.in(0).shape(), at.axis, at.keepdim), call.in(0).dtype()};
 }
 
 void infer_prod_backward(const OpCall& call, std::span<TensorSpec> out) {
@@ -127,12 +134,13 @@ void infer_prod_backward(const OpCall& call, std::span<TensorSpec> out) {
 void infer_softmax_backward(const OpCall& call, std::span<TensorSpec> out) {
   const Tensor &grad = call.in(0), &y = call.in(1);
   require_same_shape(call, grad, y, "grad", "y");
-  require_f32(call, grad, "grad");
-  require_f32(call, y, "y");
+  require_float(call, y, "y");
+  require(grad.dtype() == y.dtype(), call, "grad and y must have the same dtype, got {} and {}",
+          dtype_name(grad.dtype()), dtype_name(y.dtype()));
   const int axis = call.attr<AxisAttrs>().axis;
   require(axis >= 0 && axis < y.rank(), call, "axis {} is out of range for shape {}", axis,
           y.shape().str());
-  out[0] = {y.shape(), DType::f32};
+  out[0] = {y.shape(), y.dtype()};
 }
 
 void infer_layer_norm(const OpCall& call, std::span<TensorSpec> out) {

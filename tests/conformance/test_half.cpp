@@ -1,7 +1,9 @@
 // Conformance of the 16-bit floats (f16, bf16) on every device: casts to and from every dtype
 // (the bits of tessera/half.h's rounding, exactly, including ties, subnormals, overflow and NaN),
-// copies through strided views, fills, and the GEMMs (matmul, addmm, bmm) against float64 sums
-// of the rounded inputs, within the output's rounding.
+// copies through strided views, fills, the GEMMs (matmul, addmm, bmm) against float64 sums
+// of the rounded inputs, within the output's rounding, and every op that computes in f32
+// (op_computes_in_f32: element-wise math, comparisons, selection, reductions, softmax and their
+// backwards) against the same op in f32 on cpu:0 from the rounded inputs, rounded once.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -233,6 +235,134 @@ Case bmm_case(DType t) {
 
 namespace tessera::conformance {
 
+// One op computing in f32 (op.h's op_computes_in_f32), called with 16-bit inputs: |inputs| makes
+// f32 values for each input shape, |fn| calls the op. On |d| the inputs are rounded to |t|; the
+// reference is |fn| on cpu:0 of the same rounded values in f32 (what the conformance suite checks
+// against float64), rounded to |t|. Float results within one rounding of |t| (normalised error;
+// the f32 results of two devices differ in their last bits, which can move a rounding), in |t|;
+// masks and indices equal, in their own dtype.
+struct Widened {
+  std::string name;
+  OpId op;
+  std::vector<Shape> shapes;
+  std::function<Vec(std::int64_t)> values;
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+};
+
+Case widened_case(DType t, Widened w) {
+  return {fmt::format("{}_{}", w.name, dtype_name(t)), w.op, [t, w](Device& d) {
+            std::vector<Tensor> mine, ref;
+            for (const Shape& s : w.shapes) {
+              const Tensor x = on(d, w.values(s.numel()), s).to(t);
+              mine.push_back(x);
+              ref.push_back(x.to(DType::f32).to(device("cpu:0")));
+            }
+            const Tensor y = w.fn(mine);
+            const Tensor r = w.fn(ref);
+            ASSERT_EQ(y.shape(), r.shape());
+            if (r.dtype() == DType::f32) {
+              EXPECT_EQ(y.dtype(), t);
+              const Vec want = r.to(t).to(DType::f32).to_vector<float>();
+              expect_close(y.to(DType::f32).to_vector<float>(), Ref(want.begin(), want.end()),
+                           t == DType::f16 ? 1e-3 : 8e-3);
+            } else {
+              EXPECT_EQ(y.dtype(), r.dtype());
+              EXPECT_EQ(y.to(DType::f32).to_vector<float>(), r.to(DType::f32).to_vector<float>());
+            }
+          }};
+}
+
+std::vector<Widened> widened_ops() {
+  const Shape m{3, 37}, row{37};
+  auto normal = [](std::int64_t n) { return randn(n); };
+  auto positive = [](std::int64_t n) { return uniform(n, 0.1f, 3.0f); };
+  using V = const std::vector<Tensor>&;
+  std::vector<Widened> w = {
+      {"add_broadcast", OpId::add, {m, row}, normal, [](V x) { return add(x[0], x[1]); }},
+      {"sub", OpId::sub, {m, m}, normal, [](V x) { return sub(x[0], x[1]); }},
+      {"mul_broadcast", OpId::mul, {m, row}, normal, [](V x) { return mul(x[0], x[1]); }},
+      {"div", OpId::div, {m, m}, positive, [](V x) { return div(x[0], x[1]); }},
+      {"add_scalar", OpId::add_scalar, {m}, normal, [](V x) { return add_scalar(x[0], 0.3); }},
+      {"mul_scalar", OpId::mul_scalar, {m}, normal, [](V x) { return mul_scalar(x[0], -1.7); }},
+      {"relu", OpId::relu, {m}, normal, [](V x) { return relu(x[0]); }},
+      {"relu_backward",
+       OpId::relu_backward,
+       {m, m},
+       normal,
+       [](V x) { return relu_backward(x[0], x[1]); }},
+      {"exp", OpId::exp, {m}, normal, [](V x) { return exp(x[0]); }},
+      {"log", OpId::log, {m}, positive, [](V x) { return log(x[0]); }},
+      {"tanh", OpId::tanh, {m}, normal, [](V x) { return tanh(x[0]); }},
+      {"sigmoid", OpId::sigmoid, {m}, normal, [](V x) { return sigmoid(x[0]); }},
+      {"neg", OpId::neg, {m}, normal, [](V x) { return neg(x[0]); }},
+      {"abs", OpId::abs, {m}, normal, [](V x) { return abs(x[0]); }},
+      {"sign", OpId::sign, {m}, normal, [](V x) { return sign(x[0]); }},
+      {"sqrt", OpId::sqrt, {m}, positive, [](V x) { return sqrt(x[0]); }},
+      {"rsqrt", OpId::rsqrt, {m}, positive, [](V x) { return rsqrt(x[0]); }},
+      {"pow", OpId::pow, {m}, normal, [](V x) { return pow(x[0], 3.0); }},
+      {"clamp", OpId::clamp, {m}, normal, [](V x) { return clamp(x[0], -0.5, 0.7); }},
+      {"gelu", OpId::gelu, {m}, normal, [](V x) { return gelu(x[0]); }},
+      {"gelu_tanh_backward",
+       OpId::gelu_backward,
+       {m, m},
+       normal,
+       [](V x) { return gelu_backward(x[0], x[1], "tanh"); }},
+      {"silu", OpId::silu, {m}, normal, [](V x) { return silu(x[0]); }},
+      {"silu_backward",
+       OpId::silu_backward,
+       {m, m},
+       normal,
+       [](V x) { return silu_backward(x[0], x[1]); }},
+      {"erf", OpId::erf, {m}, normal, [](V x) { return erf(x[0]); }},
+      {"minimum", OpId::minimum, {m, row}, normal, [](V x) { return minimum(x[0], x[1]); }},
+      {"maximum", OpId::maximum, {m, m}, normal, [](V x) { return maximum(x[0], x[1]); }},
+      {"lt", OpId::lt, {m, row}, normal, [](V x) { return lt(x[0], x[1]); }},
+      {"ge_scalar", OpId::ge, {m}, normal, [](V x) { return ge(x[0], 0.25); }},
+      {"eq_self", OpId::eq, {m}, normal, [](V x) { return eq(x[0], x[0].contiguous()); }},
+      {"where",
+       OpId::where,
+       {m, m, row},
+       normal,
+       [](V x) { return where(gt(x[0], 0.0), x[1], x[2]); }},
+      {"masked_fill",
+       OpId::masked_fill,
+       {m, row},
+       normal,
+       [](V x) { return masked_fill(x[0], lt(x[1], 0.0), -2.5); }},
+      {"sum_axis0", OpId::sum, {m}, normal, [](V x) { return sum(x[0], 0); }},
+      {"mean_axis1", OpId::mean, {m}, normal, [](V x) { return mean(x[0], 1); }},
+      {"max", OpId::max, {m}, normal, [](V x) { return max(x[0], 1); }},
+      {"min", OpId::min, {m}, normal, [](V x) { return min(x[0], 0, true); }},
+      {"argmax", OpId::argmax, {m}, normal, [](V x) { return argmax(x[0], 1); }},
+      {"var", OpId::var, {m}, normal, [](V x) { return var(x[0], 1); }},
+      {"std", OpId::std, {m}, normal, [](V x) { return std(x[0], 0, 0.0); }},
+      {"prod", OpId::prod, {m}, positive, [](V x) { return prod(x[0], 0); }},
+      {"softmax", OpId::softmax, {m}, normal, [](V x) { return softmax(x[0], -1); }},
+      {"log_softmax", OpId::log_softmax, {m}, normal, [](V x) { return log_softmax(x[0], 0); }},
+      {"softmax_backward",
+       OpId::softmax_backward,
+       {m, m},
+       normal,
+       [](V x) { return softmax_backward(x[0], softmax(x[1], 1), 1); }},
+      {"log_softmax_backward",
+       OpId::log_softmax_backward,
+       {m, m},
+       normal,
+       [](V x) { return log_softmax_backward(x[0], log_softmax(x[1], 1), 1); }},
+      {"max_backward",
+       OpId::max_backward,
+       {Shape{3}, m},
+       normal,
+       [](V x) { return max_backward(x[0], x[1], 1); }},
+      {"prod_backward",
+       OpId::prod_backward,
+       {row, m},
+       positive,
+       [](V x) { return prod_backward(x[0], x[1], 0); }},
+  };
+  return w;
+}
+
 std::vector<Case> half_cases() {
   std::vector<Case> c;
   for (DType t : kHalves) {
@@ -258,6 +388,7 @@ std::vector<Case> half_cases() {
       c.push_back(matmul_case(t, {"split_k", 128, 128, 4096}, true, false, false));
     }
     c.push_back(bmm_case(t));
+    for (Widened& w : widened_ops()) c.push_back(widened_case(t, std::move(w)));
   }
   return c;
 }

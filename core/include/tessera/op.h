@@ -434,6 +434,12 @@ const OpDef& op_def(OpId op);
 std::span<const OpDef> op_defs();
 // The id of the op named |name|, or false when there is none.
 bool op_from_name(std::string_view name, OpId& out);
+// Whether |op|'s result for f16 and bf16 tensors is defined as its f32 result on the widened
+// inputs, rounded once to the output's dtype (as torch computes these ops in f32 internally): the
+// element-wise math, comparisons, selection, reductions and softmax ops, and their backwards. A
+// device whose kernel takes such a call only in f32 runs it in f32 on the same device through
+// casts (run_op); a kernel may take the 16-bit call itself, with the same result.
+bool op_computes_in_f32(OpId op);
 inline std::string_view op_name(OpId op) {
   return op_def(op).name;
 }
