@@ -222,6 +222,23 @@ inline Support gpu_half_supports(const OpCall& call) {
   return gpu_supports_of(call, true);
 }
 
+// gpu_half_supports for the element-wise kernels that take one dtype for every tensor (LDX/STX,
+// common.tk): inputs and outputs all f32, all f16 or all bf16. A mixed call is refused, and the
+// core computes it in f32 (op_computes_in_f32).
+inline Support gpu_one_float_supports(const OpCall& call) {
+  const DType t = call.out(0).dtype();
+  for (int i = 0; i < call.num_inputs; ++i)
+    if (call.in(i).dtype() != t)
+      return Support::no(fmt::format("inputs of {} and {} (one dtype for every tensor)",
+                                     dtype_name(call.in(i).dtype()), dtype_name(t)));
+  return gpu_supports_of(call, true);
+}
+
+// The DT code of LDX/STX (common.tk) for |t|: 0 f32, 1 f16, 2 bf16.
+inline std::int32_t float_code(DType t) {
+  return t == DType::f16 ? 1 : t == DType::bf16 ? 2 : 0;
+}
+
 // copy and fill move elements of 4 bytes of any dtype (f32, i32) and the 16-bit floats (f16,
 // bf16).
 inline Support copy_fill_supports(const OpCall& call) {

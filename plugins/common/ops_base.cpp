@@ -13,7 +13,7 @@ void unary(const OpCall& call, Launcher& l) {
   const Tensor& y = call.out(0);
   const bool backward = kOp == 7;  // relu_backward: (grad, x)
   const Tensor& x = backward ? call.in(1) : call.in(0);
-  Launch(l, "unary", {kOp})
+  Launch(l, "unary", {kOp, float_code(y.dtype())})
       .in(x)
       .out(y)
       .in(backward ? call.in(0) : x)
@@ -28,12 +28,14 @@ void binary(const OpCall& call, Launcher& l) {
   const Tensor& y = call.out(0);
   const Strided g = strided(y.shape(), call.inputs.data(), 2);
   const bool flat = is_flat(g, 2);
-  const bool vec4 =
-      flat && multiples_of_4({g.n, call.in(0).offset(), call.in(1).offset(), y.offset()});
+  const bool vec4 = flat && y.dtype() == DType::f32 &&
+                    multiples_of_4({g.n, call.in(0).offset(), call.in(1).offset(), y.offset()});
   Launch(l, "binary",
-         {kOp, vec4   ? 2
-               : flat ? 1
-                      : 0})
+         {kOp,
+          vec4   ? 2
+          : flat ? 1
+                 : 0,
+          float_code(y.dtype())})
       .in(call.in(0))
       .in(call.in(1))
       .out(y)
@@ -229,10 +231,10 @@ void adam_update(const OpCall& call, Launcher& l) {
 }  // namespace
 
 void add_base_ops(PortableOps& ops) {
-  ops.add(OpId::add, binary<0>);
-  ops.add(OpId::sub, binary<1>);
-  ops.add(OpId::mul, binary<2>);
-  ops.add(OpId::div, binary<3>);
+  ops.add(OpId::add, binary<0>, gpu_one_float_supports);
+  ops.add(OpId::sub, binary<1>, gpu_one_float_supports);
+  ops.add(OpId::mul, binary<2>, gpu_one_float_supports);
+  ops.add(OpId::div, binary<3>, gpu_one_float_supports);
   ops.add(OpId::copy, copy, copy_fill_supports);
   ops.add(OpId::fill, fill, copy_fill_supports);
   ops.add(OpId::dropout_mask, dropout_mask);
@@ -247,14 +249,14 @@ void add_base_ops(PortableOps& ops) {
   ops.add(OpId::max_pool2d_backward, max_pool2d_backward);
   ops.add(OpId::sgd_update, sgd_update);
   ops.add(OpId::adam_update, adam_update);
-  ops.add(OpId::add_scalar, unary<0>);
-  ops.add(OpId::mul_scalar, unary<1>);
-  ops.add(OpId::relu, unary<2>);
-  ops.add(OpId::exp, unary<3>);
-  ops.add(OpId::log, unary<4>);
-  ops.add(OpId::tanh, unary<5>);
-  ops.add(OpId::sigmoid, unary<6>);
-  ops.add(OpId::relu_backward, unary<7>);
+  ops.add(OpId::add_scalar, unary<0>, gpu_one_float_supports);
+  ops.add(OpId::mul_scalar, unary<1>, gpu_one_float_supports);
+  ops.add(OpId::relu, unary<2>, gpu_one_float_supports);
+  ops.add(OpId::exp, unary<3>, gpu_one_float_supports);
+  ops.add(OpId::log, unary<4>, gpu_one_float_supports);
+  ops.add(OpId::tanh, unary<5>, gpu_one_float_supports);
+  ops.add(OpId::sigmoid, unary<6>, gpu_one_float_supports);
+  ops.add(OpId::relu_backward, unary<7>, gpu_one_float_supports);
 }
 
 }  // namespace tessera::common

@@ -37,7 +37,7 @@ void launch_unary(const OpCall& call, Launcher& l, std::int32_t code, std::int32
   const bool backward = code >= kGeluBackward;  // (grad, x)
   const Tensor& x = backward ? call.in(1) : call.in(0);
   const Tensor& y = call.out(0);
-  Launch(l, "pointwise_unary", {code, mode})
+  Launch(l, "pointwise_unary", {code, mode, float_code(y.dtype())})
       .in(x)
       .out(y)
       .in(backward ? call.in(0) : x)
@@ -195,18 +195,18 @@ Support with_masks(const OpCall& call) {
 }  // namespace
 
 void add_pointwise_ops(PortableOps& ops) {
-  ops.add(OpId::neg, unary<kNeg>);
-  ops.add(OpId::abs, unary<kAbs>);
-  ops.add(OpId::sign, unary<kSign>);
-  ops.add(OpId::sqrt, unary<kSqrt>);
-  ops.add(OpId::rsqrt, unary<kRsqrt>);
-  ops.add(OpId::pow, pow);
-  ops.add(OpId::clamp, clamp);
-  ops.add(OpId::gelu, gelu);
-  ops.add(OpId::gelu_backward, gelu_backward);
-  ops.add(OpId::silu, unary<kSilu>);
-  ops.add(OpId::silu_backward, unary<kSiluBackward>);
-  ops.add(OpId::erf, unary<kErf>);
+  ops.add(OpId::neg, unary<kNeg>, gpu_one_float_supports);
+  ops.add(OpId::abs, unary<kAbs>, gpu_one_float_supports);
+  ops.add(OpId::sign, unary<kSign>, gpu_one_float_supports);
+  ops.add(OpId::sqrt, unary<kSqrt>, gpu_one_float_supports);
+  ops.add(OpId::rsqrt, unary<kRsqrt>, gpu_one_float_supports);
+  ops.add(OpId::pow, pow, gpu_one_float_supports);
+  ops.add(OpId::clamp, clamp, gpu_one_float_supports);
+  ops.add(OpId::gelu, gelu, gpu_one_float_supports);
+  ops.add(OpId::gelu_backward, gelu_backward, gpu_one_float_supports);
+  ops.add(OpId::silu, unary<kSilu>, gpu_one_float_supports);
+  ops.add(OpId::silu_backward, unary<kSiluBackward>, gpu_one_float_supports);
+  ops.add(OpId::erf, unary<kErf>, gpu_one_float_supports);
   ops.add(OpId::minimum, binary<kMinimum>);
   ops.add(OpId::maximum, binary<kMaximum>);
   ops.add(OpId::eq, binary<kEq>, with_masks<0>);
