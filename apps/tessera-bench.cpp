@@ -6,9 +6,9 @@
 //             called directly (with the core type the CPU plugin chose; f32 only); GPUs beside
 //             PyTorch's torch.matmul on CUDA in the same dtype, TF32 off (bench/gpu_peer.py). A
 //             GPU run times 10 calls and one synchronize, as the peer does.
-//   add       element-wise add of two 2^26-element f32 tensors on GPUs (2^23 on CPU devices), in
-//             GB/s of bytes read and written, beside a device-to-device copy of the same length:
-//             PyTorch's on CUDA for GPUs, memcpy for CPU devices.
+//   add       element-wise add of two 2^26-element tensors on GPUs (2^23 on CPU devices) in
+//             --dtype, in GB/s of bytes read and written, beside a device-to-device copy:
+//             PyTorch's on CUDA for GPUs, memcpy for CPU devices (the ratio is of bandwidths).
 //   dispatch  host overhead of one tiny op (add of two 1-element tensors, output allocated), in
 //             microseconds per op.
 //   train     training steps of the MLP (784-512-512-10) and the CNN of tessera-train at batch
@@ -480,12 +480,13 @@ std::string default_peer_dir() {
 constexpr std::int64_t kAddElementsGpu = std::int64_t{1} << 26;
 constexpr std::int64_t kAddElementsCpu = std::int64_t{1} << 23;
 
-// y = a + b over contiguous tensors: bytes read and written per second, beside a copy of the
-// same length (PyTorch's device-to-device copy for GPUs, memcpy for CPU devices).
-json bench_add(Device& dev, int repeat, const json& gpu_peer) {
+// y = a + b over contiguous tensors in |dtype|: bytes read and written per second, beside a copy
+// (PyTorch's device-to-device copy for GPUs, memcpy for CPU devices; the ratio is of bandwidths,
+// so it compares across dtypes).
+json bench_add(Device& dev, int repeat, const json& gpu_peer, DType dtype) {
   const std::int64_t n = is_gpu(dev) ? kAddElementsGpu : kAddElementsCpu;
-  const Tensor a = Tensor::full({n}, 1.5, DType::f32, &dev);
-  const Tensor b = Tensor::full({n}, 2.5, DType::f32, &dev);
+  const Tensor a = Tensor::full({n}, 1.5, dtype, &dev);
+  const Tensor b = Tensor::full({n}, 2.5, dtype, &dev);
   const int calls = is_gpu(dev) ? 10 : 1;
   const double s = median_seconds(repeat,
                                   [&] {
@@ -493,12 +494,9 @@ json bench_add(Device& dev, int repeat, const json& gpu_peer) {
                                     dev.queue().synchronize();
                                   }) /
                    calls;
-  const double bytes = 12.0 * static_cast<double>(n);
-  json r{{"case", "add"},
-         {"device", dev.id()},
-         {"elements", n},
-         {"seconds", s},
-         {"gb_per_s", bytes / s / 1e9}};
+  const double bytes = 3.0 * static_cast<double>(dtype_size(dtype)) * static_cast<double>(n);
+  json r{{"case", "add"}, {"device", dev.id()}, {"dtype", dtype_name(dtype)},
+         {"elements", n}, {"seconds", s},       {"gb_per_s", bytes / s / 1e9}};
   if (is_gpu(dev)) {
     if (gpu_peer.contains("error")) r["peer_error"] = gpu_peer["error"];
     if (gpu_peer.contains("copy")) {
@@ -979,7 +977,7 @@ int main(int argc, char** argv) {
       "comma list: sgemm, add, dispatch, train, fit, bmm, layer_norm, attention, "
       "embedding_backward")(
       "dtype", po::value(&dtype_text)->default_value(dtype_text),
-      "sgemm case: f32, f16 or bf16 (inputs and output; sums in f32); train case: f32, or "
+      "sgemm and add cases: f32, f16 or bf16 (inputs and output; sums in f32); train case: f32, or "
       "mixed precision with autocast to f16 (loss scaling) or bf16, the peer likewise")(
       "op-size", po::value(&op_size)->default_value(op_size),
       "the op cases' sizes: full (bench_ops.h), or tiny (a few elements, for a smoke test)")(
@@ -1104,7 +1102,7 @@ int main(int argc, char** argv) {
           std::cerr << results.back().dump() << "\n";
         }
       if (do_add) {
-        results.push_back(bench_add(*d, repeat, gpu_peer));
+        results.push_back(bench_add(*d, repeat, gpu_peer, dtype));
         std::cerr << results.back().dump() << "\n";
       }
       if (do_dispatch) {
