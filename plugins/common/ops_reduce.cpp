@@ -63,21 +63,11 @@ std::pair<std::int64_t, std::int64_t> ln_rows(const Shape& s, int axis) {
   return {rows, cols};
 }
 
-// layer_norm.tk's V1: 1 where |cols| and the offsets of |tensors| are multiples of 4 (4 columns
-// at a time), else 0.
-std::int32_t ln_vec(std::int64_t cols, std::initializer_list<const Tensor*> tensors) {
-  if (cols % 4 != 0) return 0;
-  for (const Tensor* t : tensors)
-    if (t->offset() % 4 != 0) return 0;
-  return 1;
-}
-
 void layer_norm(const OpCall& call, Launcher& l) {
   const auto& at = call.attr<LayerNormAttrs>();
   const auto [rows, cols] = ln_rows(call.in(0).shape(), at.axis);
   if (rows == 0) return;
-  const std::int32_t vec = ln_vec(cols, {&call.in(0), &call.in(1), &call.in(2), &call.out(0)});
-  Launch(l, "layer_norm", {0, vec})
+  Launch(l, "layer_norm", {0})
       .in(call.in(0))
       .in(call.in(1))
       .in(call.in(2))
@@ -100,9 +90,8 @@ void layer_norm_backward(const OpCall& call, Launcher& l) {
   const auto [rows, cols] = ln_rows(call.in(1).shape(), at.axis);
   const Tensor &g = call.in(0), &x = call.in(1), &w = call.in(2), &mean = call.in(3),
                &rstd = call.in(4);
-  const std::int32_t vec = ln_vec(cols, {&g, &x, &w, &call.out(0), &call.out(1), &call.out(2)});
   if (rows > 0)
-    Launch(l, "layer_norm", {1, vec})
+    Launch(l, "layer_norm", {1})
         .in(g)
         .in(x)
         .in(w)
@@ -117,7 +106,7 @@ void layer_norm_backward(const OpCall& call, Launcher& l) {
         .groups(rows);
   const std::int64_t blocks = std::max<std::int64_t>((rows + kRowBlock - 1) / kRowBlock, 1);
   const Tensor partial = Tensor::empty({2, blocks, cols}, DType::f32, &l.device());
-  Launch(l, "layer_norm", {2, vec})
+  Launch(l, "layer_norm", {2})
       .in(g)
       .in(x)
       .in(mean)
@@ -128,8 +117,8 @@ void layer_norm_backward(const OpCall& call, Launcher& l) {
       .i(cols)
       .i(kRowBlock)
       .i(blocks)
-      .run(blocks * (vec == 1 ? cols / 4 : cols));
-  Launch(l, "layer_norm", {3, vec})
+      .run(blocks * cols);
+  Launch(l, "layer_norm", {3})
       .in(partial)
       .out(call.out(1))
       .out(call.out(2))
@@ -140,7 +129,7 @@ void layer_norm_backward(const OpCall& call, Launcher& l) {
       .i(cols)
       .i(kRowBlock)
       .i(blocks)
-      .run(vec == 1 ? cols / 4 : cols);
+      .run(cols);
 }
 
 // x [N, C, S].

@@ -20,8 +20,8 @@ struct LnCase {
   Shape shape;
   int norm_dims;
 };
-// Rows of 4n columns (24, 2052: more groups of 4 than a work-group has invocations, 40 rows:
-// two blocks of partials) take the GPU kernels' 4-column path.
+// [40, 2052]: more columns than a work-group has invocations, and two blocks of the GPU kernels'
+// column partials.
 const LnCase kLnCases[] = {{{5, 127}, 1}, {{3, 4, 6}, 2}, {{1, 1025}, 1},
                            {{7, 3}, 1},   {{0, 8}, 1},    {{40, 2052}, 1}};
 
