@@ -13,13 +13,15 @@ void unary(const OpCall& call, Launcher& l) {
   const Tensor& y = call.out(0);
   const bool backward = kOp == 7;  // relu_backward: (grad, x)
   const Tensor& x = backward ? call.in(1) : call.in(0);
-  Launch(l, "unary", {kOp, float_code(y.dtype())})
+  const bool pairs = dtype_size(y.dtype()) == 2 && y.numel() % 2 == 0 && x.offset() % 2 == 0 &&
+                     y.offset() % 2 == 0 && (!backward || call.in(0).offset() % 2 == 0);
+  Launch(l, "unary", {kOp, float_code(y.dtype()), pairs ? 1 : 0})
       .in(x)
       .out(y)
       .in(backward ? call.in(0) : x)
       .i(y.numel())
       .f(scalar_of(call))
-      .run(y.numel());
+      .run(pairs ? y.numel() / 2 : y.numel());
 }
 
 // kOp: the V0 of kernels/binary.tk.
@@ -30,11 +32,15 @@ void binary(const OpCall& call, Launcher& l) {
   const bool flat = is_flat(g, 2);
   const bool vec4 = flat && y.dtype() == DType::f32 &&
                     multiples_of_4({g.n, call.in(0).offset(), call.in(1).offset(), y.offset()});
+  const bool pairs = flat && dtype_size(y.dtype()) == 2 && g.n % 2 == 0 &&
+                     call.in(0).offset() % 2 == 0 && call.in(1).offset() % 2 == 0 &&
+                     y.offset() % 2 == 0;
   Launch(l, "binary",
          {kOp,
-          vec4   ? 2
-          : flat ? 1
-                 : 0,
+          vec4    ? 2
+          : pairs ? 3
+          : flat  ? 1
+                  : 0,
           float_code(y.dtype())})
       .in(call.in(0))
       .in(call.in(1))
@@ -44,9 +50,10 @@ void binary(const OpCall& call, Launcher& l) {
       .words(g.shape)
       .words(g.stride[0])
       .words(g.stride[1])
-      .run(vec4   ? g.n / 4
-           : flat ? (std::int64_t{g.n} + 3) / 4
-                  : g.n);
+      .run(vec4    ? g.n / 4
+           : pairs ? g.n / 2
+           : flat  ? (std::int64_t{g.n} + 3) / 4
+                   : g.n);
 }
 
 // A strided f32 copy whose last extent and destination offset are multiples of 4 moves 4

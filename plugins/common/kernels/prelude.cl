@@ -75,6 +75,7 @@ typedef struct {
 #define LDS(k, i) ((int)((__global const ushort*)t##k)[TK_AT(k, i)])
 #define LDS2(k, i) (((__global const int*)t##k)[TK_AT(k, i) >> 1])
 #define STS(k, i, x) (((__global ushort*)t##k)[TK_AT(k, i)] = (ushort)(x))
+#define STS2(k, i, w) (((__global uint*)t##k)[TK_AT(k, i) >> 1] = (uint)(w))
 
 #define TO_F(x) ((float)(x))
 #define TO_I(x) ((int)(x))

@@ -101,6 +101,7 @@ TK_BUFFER(7)
 #define LDS(k, i) ((tk_i##k.v[TK_AT(k, i) >> 1] >> ((TK_AT(k, i) & 1) << 4)) & 0xffff)
 #define LDS2(k, i) tk_i##k.v[TK_AT(k, i) >> 1]
 #define STS(k, i, x) (tk_s##k.v[TK_AT(k, i)] = uint16_t(x))
+#define STS2(k, i, w) (tk_i##k.v[TK_AT(k, i) >> 1] = int(w))
 #define STL(k, i, x) tk_stl_##k(TK_AT(k, i), (x))
 
 #define TO_F(x) float(x)
