@@ -2,6 +2,7 @@
 // against float64 references on fresh random inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -50,6 +51,20 @@ LnRef ln_ref(const Vec& x, const Vec& w, const Vec& b, std::int64_t rows, std::i
       r.y[i * cols + j] = (x[i * cols + j] - m) * rs * w[j] + b[j];
   }
   return r;
+}
+
+// Sums against their float64 values: ||out - ref|| over the larger of ||ref|| and ||terms|| (the
+// norm of each sum's terms' magnitudes), under 1e-5.
+void expect_close_to_terms(const Vec& out, const Ref& ref, const Ref& terms) {
+  ASSERT_EQ(out.size(), ref.size());
+  double num = 0, den = 0, mag = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+    mag += terms[i] * terms[i];
+  }
+  const double err = std::sqrt(num / std::max({den, mag, 1e-30}));
+  EXPECT_LT(err, 1e-5) << "normalised error " << err;
 }
 
 Shape trailing(const Shape& s, int k) {
@@ -196,12 +211,15 @@ void add_batch_norm_cases(std::vector<Case>& c) {
              const std::int64_t ch = s[1];
              const Vec x = randn(s.numel()), w = randn(ch), g = randn(s.numel()),
                        mean = randn(ch, 0.3f), invstd = uniform(ch, 0.5f, 2.0f);
-             Ref gx(x.size()), gw(ch), gb(ch);
+             Ref gx(x.size()), gw(ch), gb(ch), gw_abs(ch), gb_abs(ch);
              for_channels(s, [&](std::int64_t k, const Idx& idx) {
                double sg = 0, sgx = 0;
                for (auto i : idx) {
+                 const double t = g[i] * (x[i] - double(mean[k])) * invstd[k];
                  sg += g[i];
-                 sgx += g[i] * (x[i] - double(mean[k])) * invstd[k];
+                 sgx += t;
+                 gb_abs[k] += std::abs(g[i]);
+                 gw_abs[k] += std::abs(t);
                }
                gw[k] = sgx;
                gb[k] = sg;
@@ -216,8 +234,11 @@ void add_batch_norm_cases(std::vector<Case>& c) {
                  batch_norm_backward(on(d, g, s), on(d, x, s), on(d, w, {ch}), on(d, mean, {ch}),
                                      on(d, invstd, {ch}), training);
              expect_close(values(r.x), gx, training ? 1e-4 : 1e-5);
-             expect_close(values(r.weight), gw);
-             expect_close(values(r.bias), gb);
+             // The channel sums of a few terms may cancel: f32 rounds each term, so their error
+             // is measured against the terms' magnitudes (a [3, 1, 1] eval case once gave
+             // 1.4e-5 against the cancelled sums).
+             expect_close_to_terms(values(r.weight), gw, gw_abs);
+             expect_close_to_terms(values(r.bias), gb, gb_abs);
            }});
     }
 }
