@@ -72,11 +72,15 @@ bool run_widened(const OpCall& call, const std::array<Tensor, kMaxOpInputs>& giv
   for (int i = 0; i < call.num_outputs; ++i) half = half || is_16bit(call.out(i));
   if (!half || dev.supports(call)) return false;
   OpCall wide = call;
-  for (int i = 0; i < call.num_inputs; ++i) {
-    const auto k = static_cast<std::size_t>(i);
-    if (!is_16bit(call.in(i))) continue;
-    const Tensor f = cast(given[k], DType::f32);
-    wide.inputs[k] = f.shape() == call.in(i).shape() ? f : f.expand(call.in(i).shape());
+  try {
+    for (int i = 0; i < call.num_inputs; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      if (!is_16bit(call.in(i))) continue;
+      const Tensor f = cast(given[k], DType::f32);
+      wide.inputs[k] = f.shape() == call.in(i).shape() ? f : f.expand(call.in(i).shape());
+    }
+  } catch (const UnsupportedOperation&) {
+    return false;  // the device can not cast (16-bit storage): the dispatcher says why for |call|
   }
   for (int i = 0; i < call.num_outputs; ++i) {
     const auto k = static_cast<std::size_t>(i);
