@@ -129,7 +129,7 @@ void sum_lines(Launcher& l, const Tensor& x, const Tensor& y, std::int64_t outer
                                        : 1;
   auto launch = [&](const Tensor& from, const Tensor& to, std::int64_t length, std::int64_t count,
                     std::int64_t chunk, float s) {
-    Launch(l, "reduce", {0})
+    Launch(l, "reduce", {0, float_code(from.dtype()), float_code(to.dtype())})
         .in(from)
         .out(to)
         .in(from)
@@ -164,14 +164,21 @@ void lines(const OpCall& call, Launcher& l) {
   const float scale = call.op == OpId::mean ? 1.0f / static_cast<float>(sp.n) : 1.0f;
   if (kOp == 0 && group_per_row(sp)) {
     const std::int32_t g = reduce_group(l);
-    Launch(l, "sum_rows").in(x).out(y).i(sp.n).f(scale).shared(g).group(g).groups(sp.outer);
+    Launch(l, "sum_rows", {float_code(x.dtype()), float_code(y.dtype())})
+        .in(x)
+        .out(y)
+        .i(sp.n)
+        .f(scale)
+        .shared(g)
+        .group(g)
+        .groups(sp.outer);
     return;
   }
   if (kOp == 0) {
     sum_lines(l, x, y, sp.outer, sp.n, sp.inner, scale);
     return;
   }
-  Launch(l, "reduce", {kOp})
+  Launch(l, "reduce", {kOp, float_code(x.dtype()), float_code(y.dtype())})
       .in(x)
       .out(y)
       .in(backward ? call.in(0) : x)
@@ -245,13 +252,13 @@ void add_base_ops(PortableOps& ops) {
   ops.add(OpId::copy, copy, copy_fill_supports);
   ops.add(OpId::fill, fill, copy_fill_supports);
   ops.add(OpId::dropout_mask, dropout_mask);
-  ops.add(OpId::sum, lines<0>);
-  ops.add(OpId::mean, lines<0>);
-  ops.add(OpId::max, lines<1>);
+  ops.add(OpId::sum, lines<0>, gpu_one_float_supports);
+  ops.add(OpId::mean, lines<0>, gpu_one_float_supports);
+  ops.add(OpId::max, lines<1>, gpu_one_float_supports);
   ops.add(OpId::argmax, lines<2>);
-  ops.add(OpId::softmax, lines<3>);
-  ops.add(OpId::log_softmax, lines<4>);
-  ops.add(OpId::max_backward, lines<5>);
+  ops.add(OpId::softmax, lines<3>, gpu_one_float_supports);
+  ops.add(OpId::log_softmax, lines<4>, gpu_one_float_supports);
+  ops.add(OpId::max_backward, lines<5>, gpu_one_float_supports);
   ops.add(OpId::max_pool2d, max_pool2d);
   ops.add(OpId::max_pool2d_backward, max_pool2d_backward);
   ops.add(OpId::sgd_update, sgd_update);

@@ -43,7 +43,7 @@ void reduce_line(const OpCall& call, Launcher& l) {
   const Lines ln = lines_of(shaped.shape(), axis);
   const std::int64_t lines = ln.outer * ln.inner;
   if (lines == 0) return;
-  Launch(l, "reduce_line", {kMode})
+  Launch(l, "reduce_line", {kMode, float_code(call.out(0).dtype())})
       .in(call.in(0))
       .out(call.out(0))
       .in(backward ? call.in(1) : call.in(0))
@@ -341,14 +341,14 @@ void adamw_update(const OpCall& call, Launcher& l) {
 }  // namespace
 
 void add_reduce_ops(PortableOps& ops) {
-  ops.add(OpId::min, reduce_line<0>);
-  ops.add(OpId::var, reduce_line<1>);
-  ops.add(OpId::std, reduce_line<2>);
-  ops.add(OpId::prod, reduce_line<3>);
-  ops.add(OpId::min_backward, reduce_line<4>);
+  ops.add(OpId::min, reduce_line<0>, gpu_one_float_supports);
+  ops.add(OpId::var, reduce_line<1>, gpu_one_float_supports);
+  ops.add(OpId::std, reduce_line<2>, gpu_one_float_supports);
+  ops.add(OpId::prod, reduce_line<3>, gpu_one_float_supports);
+  ops.add(OpId::min_backward, reduce_line<4>, gpu_one_float_supports);
   ops.add(OpId::prod_backward, reduce_line<5>);
-  ops.add(OpId::softmax_backward, reduce_line<6>);
-  ops.add(OpId::log_softmax_backward, reduce_line<7>);
+  ops.add(OpId::softmax_backward, reduce_line<6>, gpu_one_float_supports);
+  ops.add(OpId::log_softmax_backward, reduce_line<7>, gpu_one_float_supports);
   ops.add(OpId::layer_norm, layer_norm);
   ops.add(OpId::layer_norm_backward, layer_norm_backward);
   ops.add(OpId::batch_norm, batch_norm);

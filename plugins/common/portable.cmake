@@ -62,7 +62,7 @@ set(TESSERA_PORTABLE_PRELUDE
 
 # The definitions the build gives kernel |k| (kernels/README.md, "What the build defines"), by
 # what its text names: TK_BYTES for byte access (LDB/STB), TK_HALF for 16-bit stores
-# (STS/STH/STBH/STX/STX2), TK_SHM4 for 4-float shared access
+# (STS/STH/STBH/STX/STX2/STXT), TK_SHM4 for 4-float shared access
 # (SHM4, or common.tk's TK_MMA8X4, TK_TILE_* and TK_STORE_* that use it), and for each binding b TK_MODE_<b>: RO where a line "// tk-readonly: 0 1" names it (and
 # TK_READONLY_<b>), WO where "// tk-writeonly: 2" does, else RW. Both plugins take them from here:
 # Vulkan in the wrapper it compiles, OpenCL from NAME.tk.defs embedded beside the text.
@@ -74,7 +74,7 @@ function(tessera_portable_defines k out)
   if(text MATCHES "(LDB|STB)\\(")
     string(APPEND defs "#define TK_BYTES\n")
   endif()
-  if(text MATCHES "(STS|STH|STBH|STX|STX2)\\(")
+  if(text MATCHES "(STS|STH|STBH|STX|STX2|STXT)\\(")
     string(APPEND defs "#define TK_HALF\n")
   endif()
   if(text MATCHES "(SHM4|TK_MMA8X4|TK_TILE_[A-Z]+|TK_STORE_[A-Z]+)\\(")
