@@ -60,17 +60,23 @@ bool is_16bit(const Tensor& t) {
   return t.defined() && (t.dtype() == DType::f16 || t.dtype() == DType::bf16);
 }
 
-// An f16/bf16 |call| of an op that computes in f32 (op_computes_in_f32), where |dev|'s kernel
-// does not take it but takes the same call in f32: runs it so on |dev| (16-bit inputs cast to
-// f32 before broadcasting, |given|; 16-bit outputs computed in f32, then cast into the call's)
+// Whether |call| is an op that computes in f32 (op_computes_in_f32) with an f16 or bf16 tensor.
+bool widens(const OpCall& call) {
+  if (!op_computes_in_f32(call.op)) return false;
+  for (int i = 0; i < call.num_inputs; ++i)
+    if (is_16bit(call.in(i))) return true;
+  for (int i = 0; i < call.num_outputs; ++i)
+    if (is_16bit(call.out(i))) return true;
+  return false;
+}
+
+// A |call| that widens(), where |dev|'s kernel does not take it but takes the same call in f32:
+// runs it so on |dev| (16-bit inputs cast to f32 before broadcasting, |given|; 16-bit outputs
+// computed in f32, then cast into the call's)
 // and returns true. Otherwise false, and the dispatcher runs |call| (natively, through the
 // fallback chain, or with the error that says why not).
 bool run_widened(const OpCall& call, const std::array<Tensor, kMaxOpInputs>& given, Device& dev) {
-  if (!op_computes_in_f32(call.op)) return false;
-  bool half = false;
-  for (int i = 0; i < call.num_inputs; ++i) half = half || is_16bit(call.in(i));
-  for (int i = 0; i < call.num_outputs; ++i) half = half || is_16bit(call.out(i));
-  if (!half || dev.supports(call)) return false;
+  if (dev.supports(call)) return false;
   OpCall wide = call;
   try {
     for (int i = 0; i < call.num_inputs; ++i) {
@@ -131,13 +137,15 @@ void run_op(OpCall& call) {
                                         dtype_name(s.dtype)));
     }
   }
-  const std::array<Tensor, kMaxOpInputs> given = call.inputs;  // before broadcasting
+  const bool wide = widens(call);
+  std::array<Tensor, kMaxOpInputs> given;  // the inputs before broadcasting, for run_widened
+  if (wide) given = call.inputs;
   if (def.strided_inputs && def.num_outputs == 1)
     for (int i = 0; i < call.num_inputs; ++i)
       if (!(call.in(i).shape() == call.out(0).shape()))
         call.inputs[static_cast<std::size_t>(i)] = call.in(i).expand(call.out(0).shape());
 
-  if (run_widened(call, given, *dev)) return;
+  if (wide && run_widened(call, given, *dev)) return;
   dispatcher().run(*dev, call);
 }
 
