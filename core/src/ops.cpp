@@ -72,9 +72,9 @@ bool widens(const OpCall& call) {
 
 // A |call| that widens(), where |dev|'s kernel does not take it but takes the same call in f32:
 // runs it so on |dev| (16-bit inputs cast to f32 before broadcasting, |given|; 16-bit outputs
-// computed in f32, then cast into the call's)
-// and returns true. Otherwise false, and the dispatcher runs |call| (natively, through the
-// fallback chain, or with the error that says why not).
+// computed in f32, then cast into the call's) and returns true. Otherwise false, and the
+// dispatcher runs |call| (natively, through the fallback chain, or with the error that says why
+// not).
 bool run_widened(const OpCall& call, const std::array<Tensor, kMaxOpInputs>& given, Device& dev) {
   if (dev.supports(call)) return false;
   OpCall wide = call;
