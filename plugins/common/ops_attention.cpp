@@ -222,25 +222,27 @@ void attention_backward(const OpCall& call, Launcher& l) {
     const std::int64_t row_bytes = nk <= limit / tile_bytes ? nk * tile_bytes : 0;
     const std::int64_t head_bytes = row_bytes != 0 && nq <= limit / row_bytes ? nq * row_bytes : 0;
     const std::int64_t per = head_bytes != 0 ? std::min(g.bh, limit / head_bytes) : 0;
-    if (per == 0) {  // one head's tiles do not fit: dq recomputes P and dP
-      // Binding 7 (the tiles) is not accessed with V2 = 0: dk is bound there again.
-      Launch kv(l, "flash_bwd_kv", {t.bk, t.resident_q(), 0});
-      kv.in(q).in(k).in(v).in(grad).in(stats).out(call.out(1)).out(call.out(2)).out(call.out(1));
-      tiled(kv, g, t, nq, nk, {0, g.bh}).groups(g.bh * nk);
-      Launch dq(l, "flash_bwd_q", {t.bk, t.resident_q()});
-      dq.in(q).in(k).in(v).in(grad).in(stats).out(call.out(0));
-      tiled(dq, g, t, nq, nk, {0, g.bh}).groups(g.bh * nq);
-      return;
-    }
-    const Tensor tiles = Tensor::empty({per * head_bytes / 4}, DType::f32, &l.device());
-    for (std::int64_t h0 = 0; h0 < g.bh; h0 += per) {
-      const Heads h{h0, std::min(per, g.bh - h0)};
-      Launch kv(l, "flash_bwd_kv", {t.bk, t.resident_q(), 1});
+    // Heads in groups of |per| whose dS tiles the dk/dv kernel keeps for dq (V2 = 1); where one
+    // head's do not fit (per 0), all heads at once, dq recomputing P and dP (binding 7 is then
+    // not accessed: dk is bound there again).
+    const bool keep = per > 0;
+    const Tensor tiles =
+        keep ? Tensor::empty({per * head_bytes / 4}, DType::f32, &l.device()) : call.out(1);
+    const std::int64_t group = keep ? per : g.bh;
+    for (std::int64_t h0 = 0; h0 < g.bh; h0 += group) {
+      const Heads h{h0, std::min(group, g.bh - h0)};
+      Launch kv(l, "flash_bwd_kv", {t.bk, t.resident_q(), keep ? 1 : 0});
       kv.in(q).in(k).in(v).in(grad).in(stats).out(call.out(1)).out(call.out(2)).out(tiles);
       tiled(kv, g, t, nq, nk, h).groups(h.count * nk);
-      Launch dq(l, "flash_bwd_dq", {t.bk});
-      dq.in(k).in(tiles).out(call.out(0));
-      tiled(dq, g, t, nq, nk, h).groups(h.count * nq);
+      if (keep) {
+        Launch dq(l, "flash_bwd_dq", {t.bk});
+        dq.in(k).in(tiles).out(call.out(0));
+        tiled(dq, g, t, nq, nk, h).groups(h.count * nq);
+      } else {
+        Launch dq(l, "flash_bwd_q", {t.bk, t.resident_q()});
+        dq.in(q).in(k).in(v).in(grad).in(stats).out(call.out(0));
+        tiled(dq, g, t, nq, nk, h).groups(h.count * nq);
+      }
     }
     return;
   }
