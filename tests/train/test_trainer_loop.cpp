@@ -128,6 +128,16 @@ TrainerOptions quiet_options() {
   return o;
 }
 
+// A ModelCheckpoint writing every checkpoint to |dir| as |filename|, none removed.
+std::shared_ptr<ModelCheckpoint> keep_every_checkpoint(const fs::path& dir,
+                                                       const std::string& filename) {
+  ModelCheckpointOptions mo;
+  mo.dirpath = dir;
+  mo.filename = filename;
+  mo.save_top_k = -1;
+  return std::make_shared<ModelCheckpoint>(mo);
+}
+
 std::vector<float> flat_weights(Module& m) {
   std::vector<float> out;
   for (const auto& [name, t] : m.state_dict()) {
@@ -512,11 +522,7 @@ TEST(TrainerLoop, ResumesBitIdenticallyWithinAnEpochWithSchedulerAndBatchNorm) {
 
   // Stop at step 5 (within epoch 1; a checkpoint is written at the stop), then a new module
   // resumes from it.
-  ModelCheckpointOptions mo;
-  mo.dirpath = dir;
-  mo.filename = "e{epoch}-s{step}";
-  mo.save_top_k = -1;
-  o.callbacks = {std::make_shared<ModelCheckpoint>(mo)};
+  o.callbacks = {keep_every_checkpoint(dir, "e{epoch}-s{step}")};
   o.max_steps = 5;
   NormNet first(adam_with_schedule());
   Trainer(o).fit(first, train, &val);
@@ -692,11 +698,7 @@ TEST(TrainerLoop, MixedPrecisionResumesWithTheLossScale) {
   a.fit(straight, train, &val);
   ASSERT_GT(a.callback_metrics().at("skipped_steps"), 0.0);
 
-  ModelCheckpointOptions mo;
-  mo.dirpath = dir;
-  mo.filename = "e{epoch}";
-  mo.save_top_k = -1;
-  o.callbacks = {std::make_shared<ModelCheckpoint>(mo)};
+  o.callbacks = {keep_every_checkpoint(dir, "e{epoch}")};
   o.max_epochs = 2;
   WeightedRegression first(sgd(0.05));
   Trainer(o).fit(first, train, &val);
