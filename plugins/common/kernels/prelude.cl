@@ -64,8 +64,12 @@ typedef struct {
 #define STF(k, i, x) (t##k[TK_AT(k, i)] = (x))
 #define F4 float4
 #define MK4(a, b, c, d) ((float4)((a), (b), (c), (d)))
-#define LDF4(k, i) vload4(tk_p.w[k] / 4 + (i), t##k)
-#define STF4(k, i, x) vstore4((x), tk_p.w[k] / 4 + (i), t##k)
+// As float4 elements, not vload4/vstore4: those promise 4-byte alignment only, and NVIDIA's
+// compiler split each into four 4-byte accesses (the GEMM's loads, H100, driver 580). A buffer's
+// start is aligned far beyond 16 bytes (CL_DEVICE_MEM_BASE_ADDR_ALIGN, the allocator's host
+// memory) and the offset is a multiple of 4 elements.
+#define LDF4(k, i) (((__global const float4*)t##k)[tk_p.w[k] / 4 + (i)])
+#define STF4(k, i, x) (((__global float4*)t##k)[tk_p.w[k] / 4 + (i)] = (x))
 #define LDI(k, i) ((__global const int*)t##k)[TK_AT(k, i)]
 #define STI(k, i, x) (((__global int*)t##k)[TK_AT(k, i)] = (x))
 #define LDB(k, i) ((int)((__global const uchar*)t##k)[TK_AT(k, i)])
