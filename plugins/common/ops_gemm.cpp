@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -22,9 +23,26 @@ constexpr int kFlagTransA = 1, kFlagTransB = 2, kFlagVec = 4, kFlagBias = 8, kFl
               kModeShift = 5, kFlagUnitStride = 128, kDTypeShift = 8;
 constexpr int kFlagCoopSplit = 4;  // gemm_coopmat's V0: split K
 
-// The GPU tile sets, largest first (docs/performance.md has the sweep that chose them).
+// The GPU tile sets, largest first (docs/performance.md has the sweeps that chose them): the
+// portable default, and NVIDIA's, measured on the H100, where the smaller sets keep 256
+// invocations a work-group (4 x 8 and 4 x 4 blocks: at 1024^3 one 64 x 128 set gave 29 TFLOP/s
+// through OpenCL against 26 for 64 x 64 of 8 x 8).
 constexpr GemmTiles kGpuTiles[] = {
     {128, 128, 16, 8, 8, 2}, {128, 64, 16, 8, 8, 2}, {64, 64, 16, 8, 8, 2}, {32, 32, 16, 4, 4, 1}};
+constexpr GemmTiles kNvidiaTiles[] = {
+    {128, 128, 16, 8, 8, 2}, {64, 128, 16, 4, 8, 2}, {64, 64, 16, 4, 4, 2}, {32, 32, 16, 4, 4, 1}};
+
+// The device's tile sets, largest first; the largest with one buffer where the device's
+// compiler asks it (GpuTraits::gemm_one_buffer).
+std::span<const GemmTiles> gpu_tiles(const GpuTraits& traits) {
+  if (traits.vendor_id == 0x10de) return kNvidiaTiles;
+  return kGpuTiles;
+}
+
+GemmTiles with_buffers(GemmTiles t, const GpuTraits& traits) {
+  if (traits.gemm_one_buffer && t.tm * t.tn >= 128 * 128) t.buffers = 1;
+  return t;
+}
 
 // Why |t| can not run on a device with |traits|, or empty.
 std::string unfit(const GemmTiles& t, const GpuTraits& traits) {
@@ -120,14 +138,17 @@ GemmTiles gemm_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, st
   // CPU drivers (lavapipe, PoCL): 64 invocations of 8 x 8, one buffer, the fastest of the sets
   // tried on both at 256^3 and 512^3 (docs/performance.md).
   if (traits.is_cpu) return {64, 64, 16, 8, 8, 1};
-  // Largest first; the first that gives every compute unit a work-group, else the one that
-  // gives the most work-groups.
-  const GemmTiles* best = nullptr;
-  for (const GemmTiles& t : kGpuTiles) {
+  // Largest first; the first that gives every compute unit a work-group (all but one in 16:
+  // 128 work-groups of 64 x 128 for a 1024^3 product on 132 compute units beat 256 of 64 x 64),
+  // else the one that gives the most work-groups.
+  std::optional<GemmTiles> best;
+  for (const GemmTiles& set : gpu_tiles(traits)) {
+    const GemmTiles t = with_buffers(set, traits);
     if (!unfit(t, traits).empty()) continue;
-    best = &t;
+    best = t;
     const std::int64_t groups = batch * ((m + t.tm - 1) / t.tm) * ((n + t.tn - 1) / t.tn);
-    if (traits.compute_units <= 0 || groups >= traits.compute_units) break;
+    if (traits.compute_units <= 0 || groups >= traits.compute_units - traits.compute_units / 16)
+      break;
   }
   if (!best) throw BackendError("no GEMM tiles fit this device's work-groups and shared memory");
   return *best;
@@ -188,8 +209,9 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
   const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
   if (k >= 2048) {
     GemmTiles big = t;
-    if (!tiles_from_environment() && !l.traits().is_cpu && unfit(kGpuTiles[0], l.traits()).empty())
-      big = kGpuTiles[0];
+    const GemmTiles largest = with_buffers(gpu_tiles(l.traits())[0], l.traits());
+    if (!tiles_from_environment() && !l.traits().is_cpu && unfit(largest, l.traits()).empty())
+      big = largest;
     const std::int64_t groups = g.count * ((m + big.tm - 1) / big.tm) * ((n + big.tn - 1) / big.tn);
     const std::int64_t want = std::min((units + groups - 1) / groups, k / 1024);
     if (groups < units && want > 1) {

@@ -46,6 +46,11 @@ struct GpuTraits {
   // The Vulkan plugin's f16 GEMM on matrix units runs here (its shaders/gemm_coopmat.comp:
   // VK_NV_cooperative_matrix, 16 x 8 x 16 f16 products, subgroups of 32).
   bool coop_f16 = false;
+  // The GEMM's largest tiles (128 x 128) stage K through one shared buffer instead of two: the
+  // device's compiler gives the two-buffer kernel registers enough that fewer work-groups share
+  // a compute unit (NVIDIA's Vulkan compiler: 157 registers against 116, so one 256-invocation
+  // work-group an SM instead of two; 30 against 37 TFLOP/s at 8192^3 on the H100).
+  bool gemm_one_buffer = false;
 };
 
 class Launcher;

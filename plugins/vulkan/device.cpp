@@ -293,6 +293,7 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   traits.compute_units = info_.compute_units;
   traits.storage16 = storage16_;
   traits.coop_f16 = coop_f16_ && sub.subgroupSize == 32;
+  traits.gemm_one_buffer = props_.vendorID == 0x10de;
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), memory type {}", id_, info_.name, info_.driver, type);
