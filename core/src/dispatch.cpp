@@ -4,6 +4,7 @@
 
 #include "tessera/errors.h"
 #include "tessera/log.h"
+#include "tessera/ops.h"
 #include "transfer.h"
 
 namespace tessera {
@@ -31,6 +32,29 @@ Tensor mirror(const Tensor& t, Device& target, bool copy_values, std::uint64_t& 
   return Tensor(std::move(storage), t.shape(), t.strides(), 0, t.dtype());
 }
 
+bool is_16bit(const Tensor& t) {
+  return t.defined() && (t.dtype() == DType::f16 || t.dtype() == DType::bf16);
+}
+
+// Whether |call| is an op that computes in f32 (op_computes_in_f32) with an f16 or bf16 tensor.
+bool widens(const OpCall& call) {
+  if (!op_computes_in_f32(call.op)) return false;
+  for (int i = 0; i < call.num_inputs; ++i)
+    if (is_16bit(call.in(i))) return true;
+  for (int i = 0; i < call.num_outputs; ++i)
+    if (is_16bit(call.out(i))) return true;
+  return false;
+}
+
+// |t| with its stride-0 dimensions (broadcast) narrowed to one element: each value it views,
+// once. Expanding the result to |t|'s shape gives the same values.
+Tensor unbroadcast(const Tensor& t) {
+  Tensor v = t;
+  for (int d = 0; d < t.rank(); ++d)
+    if (t.strides()[d] == 0 && t.shape()[d] > 1) v = v.narrow(d, 0, 1);
+  return v;
+}
+
 }  // namespace
 
 void Dispatcher::set_chain(std::vector<Device*> chain) {
@@ -49,6 +73,7 @@ void Dispatcher::run(Device& device, const OpCall& call) {
     device.kernel(call.op)->launch(call, device.queue());
     return;
   }
+  if (widens(call) && run_widened(device, call)) return;
   std::vector<std::string> tried;
   const std::vector<Device*> targets = chain();
   for (Device* target : targets) {
@@ -61,6 +86,40 @@ void Dispatcher::run(Device& device, const OpCall& call) {
     tried.push_back(fmt::format("{} ({})", target->id(), s.reason));
   }
   fail(device, call, native.reason, tried, targets.empty());
+}
+
+bool Dispatcher::run_widened(Device& device, const OpCall& call) {
+  OpCall wide = call;
+  try {
+    // Each 16-bit value is cast once: a broadcast input before its expansion.
+    for (int i = 0; i < call.num_inputs; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      if (!is_16bit(call.in(i))) continue;
+      const Tensor f = cast(unbroadcast(call.in(i)), DType::f32);
+      wide.inputs[k] = f.shape() == call.in(i).shape() ? f : f.expand(call.in(i).shape());
+    }
+  } catch (const UnsupportedOperation&) {
+    return false;  // the device can not cast (16-bit storage): the chain, or the error, for |call|
+  }
+  for (int i = 0; i < call.num_outputs; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    if (is_16bit(call.out(i)))
+      wide.outputs[k] = Tensor::empty(call.out(i).shape(), DType::f32, &device);
+  }
+  if (!device.supports(wide)) return false;
+  device.kernel(call.op)->launch(wide, device.queue());
+  for (int i = 0; i < call.num_outputs; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    if (!is_16bit(call.out(i))) continue;
+    OpCall c;
+    c.op = OpId::cast;
+    c.num_inputs = 1;
+    c.num_outputs = 1;
+    c.inputs[0] = wide.outputs[k];
+    c.outputs[0] = call.outputs[k];
+    run_op(c);
+  }
+  return true;
 }
 
 void Dispatcher::run_fallback(Device& device, Device& target, const OpCall& call,

@@ -54,59 +54,6 @@ AxisAttrs axis_attrs(const Tensor& x, int axis, bool keepdim) {
 
 }  // namespace
 
-namespace {
-
-bool is_16bit(const Tensor& t) {
-  return t.defined() && (t.dtype() == DType::f16 || t.dtype() == DType::bf16);
-}
-
-// Whether |call| is an op that computes in f32 (op_computes_in_f32) with an f16 or bf16 tensor.
-bool widens(const OpCall& call) {
-  if (!op_computes_in_f32(call.op)) return false;
-  for (int i = 0; i < call.num_inputs; ++i)
-    if (is_16bit(call.in(i))) return true;
-  for (int i = 0; i < call.num_outputs; ++i)
-    if (is_16bit(call.out(i))) return true;
-  return false;
-}
-
-// A |call| that widens(), where |dev|'s kernel does not take it but takes the same call in f32:
-// runs it so on |dev| (16-bit inputs cast to f32 before broadcasting, |given|; 16-bit outputs
-// computed in f32, then cast into the call's) and returns true. Otherwise false, and the
-// dispatcher runs |call| (natively, through the fallback chain, or with the error that says why
-// not).
-bool run_widened(const OpCall& call, const std::array<Tensor, kMaxOpInputs>& given, Device& dev) {
-  if (dev.supports(call)) return false;
-  OpCall wide = call;
-  try {
-    for (int i = 0; i < call.num_inputs; ++i) {
-      const auto k = static_cast<std::size_t>(i);
-      if (!is_16bit(call.in(i))) continue;
-      const Tensor f = cast(given[k], DType::f32);
-      wide.inputs[k] = f.shape() == call.in(i).shape() ? f : f.expand(call.in(i).shape());
-    }
-  } catch (const UnsupportedOperation&) {
-    return false;  // the device can not cast (16-bit storage): the dispatcher says why for |call|
-  }
-  for (int i = 0; i < call.num_outputs; ++i) {
-    const auto k = static_cast<std::size_t>(i);
-    if (is_16bit(call.out(i)))
-      wide.outputs[k] = Tensor::empty(call.out(i).shape(), DType::f32, &dev);
-  }
-  if (!dev.supports(wide)) return false;
-  dispatcher().run(dev, wide);
-  for (int i = 0; i < call.num_outputs; ++i) {
-    const auto k = static_cast<std::size_t>(i);
-    if (!is_16bit(call.out(i))) continue;
-    OpCall c = make_call(OpId::cast, {wide.outputs[k]});
-    c.outputs[0] = call.outputs[k];
-    run_op(c);
-  }
-  return true;
-}
-
-}  // namespace
-
 void run_op(OpCall& call) {
   const OpDef& def = op_def(call.op);
   Device* dev = common_device(call);
@@ -137,15 +84,11 @@ void run_op(OpCall& call) {
                                         dtype_name(s.dtype)));
     }
   }
-  const bool wide = widens(call);
-  std::array<Tensor, kMaxOpInputs> given;  // the inputs before broadcasting, for run_widened
-  if (wide) given = call.inputs;
   if (def.strided_inputs && def.num_outputs == 1)
     for (int i = 0; i < call.num_inputs; ++i)
       if (!(call.in(i).shape() == call.out(0).shape()))
         call.inputs[static_cast<std::size_t>(i)] = call.in(i).expand(call.out(0).shape());
 
-  if (wide && run_widened(call, given, *dev)) return;
   dispatcher().run(*dev, call);
 }
 

@@ -5,6 +5,7 @@
 #include "mock_device.h"
 #include "tessera/dispatch.h"
 #include "tessera/errors.h"
+#include "tessera/half.h"
 #include "tessera/host.h"
 #include "tessera/profiler.h"
 
@@ -105,6 +106,82 @@ TEST(Dispatch, FallbackRunsOnTheChainCopiesBackCountsAndWarnsOnce) {
   EXPECT_EQ(routes[0].to, "cpu:0");
   EXPECT_EQ(routes[0].ops, 3u);
   EXPECT_EQ(routes[0].bytes, 3u * (24 + 24));  // input there, output back
+}
+
+namespace {
+
+// Element (i, j) of a rank-2 view over host memory, through its strides.
+template <typename T>
+T at2(const Tensor& t, std::int64_t i, std::int64_t j) {
+  return t.host_data<T>()[i * t.strides()[0] + j * t.strides()[1]];
+}
+
+// An f32 add of two [2, 3] views (either may broadcast: stride 0).
+void host_add(const OpCall& call, Queue&) {
+  float* y = call.out(0).host_data<float>();
+  for (std::int64_t i = 0; i < 2; ++i)
+    for (std::int64_t j = 0; j < 3; ++j)
+      y[i * 3 + j] = at2<float>(call.in(0), i, j) + at2<float>(call.in(1), i, j);
+}
+
+// A cast between f16 and f32 of a contiguous tensor.
+void host_cast(const OpCall& call, Queue&) {
+  const Tensor &x = call.in(0), &y = call.out(0);
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    if (x.dtype() == DType::f16)
+      y.host_data<float>()[i] = f16_to_f32(x.host_data<std::uint16_t>()[i]);
+    else
+      y.host_data<std::uint16_t>()[i] = f32_to_f16(x.host_data<float>()[i]);
+  }
+}
+
+Tensor f16_tensor(const std::vector<float>& values, const Shape& shape, Device& dev) {
+  std::vector<std::uint16_t> h;
+  for (const float v : values) h.push_back(f32_to_f16(v));
+  return Tensor::from_bytes(h.data(), h.size() * 2, shape, DType::f16, &dev);
+}
+
+}  // namespace
+
+// An op that computes in f32 (op_computes_in_f32), called in f16 where the device's kernel takes
+// f32 only, runs in f32 on that device (inputs cast, a broadcast one before its expansion; the
+// result cast back) before the fallback chain is tried.
+TEST(Dispatch, A16BitCallThatTheKernelTakesInF32RunsOnItsDeviceBeforeTheChain) {
+  MockDevice gpu("vulkan", 0), cpu("cpu", 0);
+  auto& add = gpu.add(OpId::add);
+  ON_CALL(add, supports(_)).WillByDefault(Invoke([](const OpCall& c) {
+    const bool f32 = c.in(0).dtype() == DType::f32 && c.in(1).dtype() == DType::f32 &&
+                     c.out(0).dtype() == DType::f32;
+    return f32 ? Support::yes() : Support::no("f32 only");
+  }));
+  EXPECT_CALL(add, launch(_, _)).WillOnce(Invoke(host_add));
+  std::vector<std::int64_t> cast_sizes;
+  EXPECT_CALL(gpu.add(OpId::cast), launch(_, _))
+      .WillRepeatedly(Invoke([&](const OpCall& c, Queue& q) {
+        cast_sizes.push_back(c.in(0).numel());
+        host_cast(c, q);
+      }));
+  EXPECT_CALL(cpu.add(OpId::add), launch(_, _)).Times(0);
+  Dispatcher d;
+  d.set_chain({&cpu});
+
+  OpCall call;
+  call.op = OpId::add;
+  call.num_inputs = 2;
+  call.num_outputs = 1;
+  call.inputs[0] = f16_tensor({0.5f, -1.25f, 2, 3.5f, -4, 1024}, {2, 3}, gpu);
+  call.inputs[1] = f16_tensor({0.25f, 1, 1.5f}, {1, 3}, gpu).expand(Shape{2, 3});
+  call.outputs[0] = Tensor::empty({2, 3}, DType::f16, &gpu);
+  d.run(gpu, call);
+
+  std::vector<std::uint16_t> got(6);
+  call.out(0).copy_to_host(got.data(), got.size() * 2, DType::f16);
+  const std::vector<float> want = {0.75f, -0.25f, 3.5f, 3.75f, -3, 1025.5f};
+  for (std::size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(got[i], f32_to_f16(want[i])) << "element " << i;
+  // a (6 values), b before its expansion (3), the f32 sum into the f16 output (6).
+  EXPECT_EQ(cast_sizes, (std::vector<std::int64_t>{6, 3, 6}));
+  EXPECT_TRUE(d.routes().empty());
 }
 
 TEST(Dispatch, ADifferentReasonWarnsAgain) {

@@ -31,9 +31,12 @@ class Dispatcher {
   std::vector<Device*> chain() const;
 
   // Runs |call| (outputs allocated, on the device of its tensors) on |device| when it supports it;
-  // otherwise copies the tensors to the first device of the chain that supports the call, runs it
-  // there and copies the outputs back (warning once per op, device and reason, and counting);
-  // otherwise throws UnsupportedOperation: "The operator 'max_pool2d' (f32, [64,32,26,26]) is not
+  // otherwise, for an op that computes in f32 (op_computes_in_f32) called with f16 or bf16
+  // tensors, on |device| in f32 where its kernel takes the call so (inputs cast, outputs computed
+  // in f32 and cast into the call's: torch's result, rounded once); otherwise copies the tensors
+  // to the first device of the chain that supports the call, runs it there and copies the outputs
+  // back (warning once per op, device and reason, and counting); otherwise throws
+  // UnsupportedOperation: "The operator 'max_pool2d' (f32, [64,32,26,26]) is not
   // implemented for vulkan:0 (NAME).\nSet TESSERA_FALLBACK=1 to run it on the CPU instead; this is
   // slower than running natively on vulkan." (with a chain: which devices were tried and why).
   void run(Device& device, const OpCall& call);
@@ -42,6 +45,8 @@ class Dispatcher {
   void reset_stats();
 
  private:
+  // The f32 route above; false (nothing run) where |device| can not cast or take the call in f32.
+  bool run_widened(Device& device, const OpCall& call);
   void run_fallback(Device& device, Device& target, const OpCall& call, const std::string& why);
   [[noreturn]] void fail(Device& device, const OpCall& call, const std::string& why,
                          const std::vector<std::string>& tried, bool no_chain) const;

@@ -438,7 +438,7 @@ bool op_from_name(std::string_view name, OpId& out);
 // inputs, rounded once to the output's dtype (as torch computes these ops in f32 internally): the
 // element-wise math, comparisons, selection, reductions and softmax ops, and their backwards. A
 // device whose kernel takes such a call only in f32 runs it in f32 on the same device through
-// casts (run_op); a kernel may take the 16-bit call itself, with the same result.
+// casts (Dispatcher::run); a kernel may take the 16-bit call itself, with the same result.
 bool op_computes_in_f32(OpId op);
 inline std::string_view op_name(OpId op) {
   return op_def(op).name;
