@@ -1,11 +1,14 @@
 // tessera-bench: speed of Tessera's devices beside a peer measured in the same run, as JSON.
 //
 // Cases:
-//   sgemm     C = A B at square sizes on each device, in --dtype (f32; f16 or bf16: inputs and
-//             output in that dtype, sums in f32). CPU devices run beside OpenBLAS's cblas_sgemm
-//             called directly (with the core type the CPU plugin chose; f32 only); GPUs beside
-//             PyTorch's torch.matmul on CUDA in the same dtype, TF32 off (bench/gpu_peer.py). A
-//             GPU run times 10 calls and one synchronize, as the peer does.
+//   sgemm     C = A B at square sizes (--sizes), or C = op(A) op(B) at the shapes of
+//             --gemm-shapes (a model's products: MxNxK, with :NT, :TN or :TT for operands stored
+//             transposed, as a Linear's weight or a weight gradient's), on each device, in
+//             --dtype (f32; f16 or bf16: inputs and output in that dtype, sums in f32). CPU devices
+//             run beside OpenBLAS's cblas_sgemm called directly (with the core type the CPU plugin
+//             chose; f32 only); GPUs beside PyTorch's torch.matmul on CUDA in the same dtype, TF32
+//             off (bench/gpu_peer.py). A GPU run times 10 calls and one synchronize, as the peer
+//             does.
 //   add       element-wise add of two 2^26-element tensors on GPUs (2^23 on CPU devices) in
 //             --dtype, in GB/s of bytes read and written, beside a device-to-device copy:
 //             PyTorch's on CUDA for GPUs, memcpy for CPU devices (the ratio is of bandwidths).
@@ -48,6 +51,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -174,31 +178,81 @@ bool is_gpu(const Device& dev) {
 }
 
 // Calls per timed run: GPUs queue several, so that one synchronize does not dominate; on CPUs
-// small GEMMs are repeated up to about 2^28 multiply-adds, so that a run is not one call's
-// latency (the peer runs the same number).
-int calls_per_run(const Device& dev, std::int64_t n) {
+// small GEMMs are repeated up to about 2^28 multiply-adds (|macs| a call), so that a run is not
+// one call's latency (the peer runs the same number).
+int calls_per_run(const Device& dev, std::int64_t macs) {
   if (is_gpu(dev)) return 10;
-  return static_cast<int>(std::clamp<std::int64_t>((std::int64_t{1} << 28) / (n * n * n), 1, 64));
+  return static_cast<int>(std::clamp<std::int64_t>((std::int64_t{1} << 28) / macs, 1, 64));
 }
 
-json bench_sgemm(Device& dev, std::int64_t n, DType dtype, int repeat, OpenBlas& peer,
+// One product of the sgemm case: C [m, n] = op(A) op(B), A stored [k, m] where trans_a, B stored
+// [n, k] where trans_b.
+struct GemmShape {
+  std::int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  // "MxNxK:AB" (A and B each N or T), as --gemm-shapes and bench/gpu_peer.py spell it.
+  std::string str() const {
+    return fmt::format("{}x{}x{}:{}{}", m, n, k, trans_a ? 'T' : 'N', trans_b ? 'T' : 'N');
+  }
+};
+
+// Parses "MxNxK" or "MxNxK:AB". Each extent from 1 to 2^20, and each operand and the output at
+// most 2^30 elements (4 GiB in f32); po::error saying what is wrong otherwise.
+GemmShape parse_gemm_shape(const std::string& text) {
+  const auto bad = [&](std::string_view why) {
+    return po::error(
+        fmt::format("--gemm-shapes: '{}' {} (MxNxK or MxNxK:AB, A and B each N or T, for instance "
+                    "16384x1152x384:NT)",
+                    text, why));
+  };
+  GemmShape g;
+  const std::size_t colon = text.find(':');
+  const std::string dims = text.substr(0, colon);
+  if (colon != std::string::npos) {
+    const std::string t = text.substr(colon + 1);
+    if (t.size() != 2 || (t[0] != 'N' && t[0] != 'T') || (t[1] != 'N' && t[1] != 'T'))
+      throw bad("has transposes that are not two of N and T");
+    g.trans_a = t[0] == 'T';
+    g.trans_b = t[1] == 'T';
+  }
+  const std::vector<std::string> parts = split(dims, 'x');
+  if (parts.size() != 3) throw bad("is not three extents");
+  std::int64_t v[3] = {};
+  for (int i = 0; i < 3; ++i) {
+    const std::string& p = parts[static_cast<std::size_t>(i)];
+    const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), v[i]);
+    if (p.empty() || ec != std::errc() || end != p.data() + p.size() || v[i] < 1 ||
+        v[i] > (std::int64_t{1} << 20))
+      throw bad("has an extent that is not an integer from 1 to 1048576");
+  }
+  g.m = v[0];
+  g.n = v[1];
+  g.k = v[2];
+  constexpr std::int64_t kMaxElements = std::int64_t{1} << 30;
+  if (g.m * g.k > kMaxElements || g.k * g.n > kMaxElements || g.m * g.n > kMaxElements)
+    throw bad("has an operand or output of more than 2^30 elements");
+  return g;
+}
+
+json bench_sgemm(Device& dev, const GemmShape& g, DType dtype, int repeat, OpenBlas& peer,
                  const json& gpu_peer, bool profile, std::mt19937& rng) {
-  const auto a = random_vector(static_cast<std::size_t>(n * n), rng);
-  const auto b = random_vector(static_cast<std::size_t>(n * n), rng);
-  const Tensor ta = Tensor::from(a, {n, n}, &dev).to(dtype),
-               tb = Tensor::from(b, {n, n}, &dev).to(dtype);
-  std::vector<float> out(static_cast<std::size_t>(n * n));
-  const int ni = static_cast<int>(n);
-  const int calls = calls_per_run(dev, n);
+  const auto a = random_vector(static_cast<std::size_t>(g.m * g.k), rng);
+  const auto b = random_vector(static_cast<std::size_t>(g.k * g.n), rng);
+  const Tensor ta = Tensor::from(a, g.trans_a ? Shape{g.k, g.m} : Shape{g.m, g.k}, &dev).to(dtype),
+               tb = Tensor::from(b, g.trans_b ? Shape{g.n, g.k} : Shape{g.k, g.n}, &dev).to(dtype);
+  std::vector<float> out(static_cast<std::size_t>(g.m * g.n));
+  const int mi = static_cast<int>(g.m), ni = static_cast<int>(g.n), ki = static_cast<int>(g.k);
+  const int calls = calls_per_run(dev, g.m * g.n * g.k);
   auto ours = [&] {
-    for (int i = 0; i < calls; ++i) (void)matmul(ta, tb);
+    for (int i = 0; i < calls; ++i) (void)matmul(ta, tb, g.trans_a, g.trans_b);
     dev.queue().synchronize();
   };
   const bool blas_peer = peer.sgemm && !is_gpu(dev) && dtype == DType::f32;
   auto theirs = [&] {
     peer.use_all_cores();
     for (int i = 0; i < calls; ++i)
-      peer.sgemm(101, 111, 111, ni, ni, ni, 1.0f, a.data(), ni, b.data(), ni, 0.0f, out.data(), ni);
+      peer.sgemm(101, g.trans_a ? 112 : 111, g.trans_b ? 112 : 111, mi, ni, ki, 1.0f, a.data(),
+                 g.trans_a ? mi : ki, b.data(), g.trans_b ? ki : ni, 0.0f, out.data(), ni);
   };
   // Interleaved, so that both see the same machine state; the median of each is reported. After
   // each CPU run the threads of that side are let go idle first: OpenBLAS's workers spin for about
@@ -216,17 +270,25 @@ json bench_sgemm(Device& dev, std::int64_t n, DType dtype, int repeat, OpenBlas&
     if (blas_peer) t_peer.push_back(median_seconds(0, theirs) / calls);
     settle();
   }
-  const double flop = 2.0 * double(n) * double(n) * double(n);
+  const double flop = 2.0 * double(g.m) * double(g.n) * double(g.k);
   const double s = median(t_ours);
-  json r{{"case", "sgemm"}, {"device", dev.id()}, {"dtype", dtype_name(dtype)}, {"m", n}, {"n", n},
-         {"k", n},          {"seconds", s},       {"gflops", flop / s / 1e9}};
+  json r{{"case", "sgemm"},
+         {"device", dev.id()},
+         {"dtype", dtype_name(dtype)},
+         {"m", g.m},
+         {"n", g.n},
+         {"k", g.k},
+         {"trans_a", g.trans_a},
+         {"trans_b", g.trans_b},
+         {"seconds", s},
+         {"gflops", flop / s / 1e9}};
   if (profile)
     r["kernels"] =
-        bench::profile_kernels(dev, calls, ours, fmt::format("sgemm {}^3 on {}", n, dev.id()));
+        bench::profile_kernels(dev, calls, ours, fmt::format("sgemm {} on {}", g.str(), dev.id()));
   if (is_gpu(dev)) {
     if (gpu_peer.contains("error")) r["peer_error"] = gpu_peer["error"];
     for (const json& p : gpu_peer.value("sgemm", json::array()))
-      if (p["n"] == n) {
+      if (p["shape"] == g.str()) {
         r["peer"] =
             fmt::format("{} torch.matmul {}, TF32 off, on {}", gpu_peer["peer"].get<std::string>(),
                         dtype_name(dtype), gpu_peer["device_name"].get<std::string>());
@@ -967,6 +1029,8 @@ int main(int argc, char** argv) {
   std::string op_size = "full", model_size = "full", dtype_text = "f32";
   std::string peer_dir = default_peer_dir();
   std::vector<std::int64_t> sizes;
+  std::vector<std::string> gemm_shape_texts;
+  std::vector<GemmShape> gemm_shapes;
   int repeat = 5, train_steps = 20, rounds = 1;
   bool profile = false;
   FitOptions fit;
@@ -1015,6 +1079,9 @@ int main(int argc, char** argv) {
       "peer-dir", po::value(&peer_dir)->default_value(peer_dir),
       "the directory of the PyTorch peer scripts")("sizes", po::value(&sizes)->multitoken(),
                                                    "SGEMM sizes (default 512 1024 2048)")(
+      "gemm-shapes", po::value(&gemm_shape_texts)->multitoken(),
+      "sgemm case: these products instead of the square sizes, each MxNxK or MxNxK:AB (A and B "
+      "N, or T for an operand stored transposed: 16384x1152x384:NT is a Linear's forward)")(
       "repeat", po::value(&repeat)->default_value(5),
       "timed runs per case (the median is reported)")("output,o", po::value(&out_file),
                                                       "also write the JSON to this file");
@@ -1029,6 +1096,7 @@ int main(int argc, char** argv) {
     if (op_size != "full" && op_size != "tiny")
       throw po::error(fmt::format("--op-size: '{}' is not full or tiny", op_size));
     if (fit.epochs < 1) throw po::error("--epochs must be at least 1");
+    for (const std::string& t : gemm_shape_texts) gemm_shapes.push_back(parse_gemm_shape(t));
     if (fit.max_steps < 0) throw po::error("--max-steps must be 0 (the size's) or more");
     try {
       fit.size = &bench::model_size(model_size);
@@ -1051,6 +1119,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (sizes.empty()) sizes = {512, 1024, 2048};
+  if (gemm_shapes.empty())
+    for (const std::int64_t n : sizes) {
+      if (n < 1 || n > 32768) {
+        std::cerr << "tessera-bench: --sizes: " << n << " is not from 1 to 32768\n";
+        return 2;
+      }
+      gemm_shapes.push_back({n, n, n});
+    }
   try {
     std::vector<Device*> targets;
     if (device_list == "all") {
@@ -1089,16 +1165,16 @@ int main(int argc, char** argv) {
     json gpu_peer;                                   // run once, when a GPU is measured
     for (Device* d : targets) {
       if (is_gpu(*d) && (do_sgemm || do_add) && gpu_peer.is_null()) {
-        std::string size_list;
-        for (std::int64_t n : sizes)
-          size_list += fmt::format("{}{}", size_list.empty() ? "" : ",", n);
+        std::string shape_list;
+        for (const GemmShape& g : gemm_shapes)
+          shape_list += fmt::format("{}{}", shape_list.empty() ? "" : ",", g.str());
         gpu_peer = run_peer(torch_python, peer_dir + "/gpu_peer.py",
-                            {"--sizes", size_list, "--elements", std::to_string(kAddElementsGpu),
+                            {"--shapes", shape_list, "--elements", std::to_string(kAddElementsGpu),
                              "--repeat", std::to_string(repeat), "--dtype", dtype_text});
       }
       if (do_sgemm)
-        for (std::int64_t n : sizes) {
-          results.push_back(bench_sgemm(*d, n, dtype, repeat, peer, gpu_peer, profile, rng));
+        for (const GemmShape& g : gemm_shapes) {
+          results.push_back(bench_sgemm(*d, g, dtype, repeat, peer, gpu_peer, profile, rng));
           std::cerr << results.back().dump() << "\n";
         }
       if (do_add) {

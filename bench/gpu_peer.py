@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """PyTorch CUDA peer for tessera-bench's sgemm and add cases on GPUs: torch.matmul in --dtype
-(fp32 with TF32 off, fp16 or bf16) at each size, and a device-to-device copy (the bandwidth bar of the add case), timed
-like tessera-bench (warm-up, then the median of repeats, each of --iters calls and one
-synchronize). Prints JSON.
+(fp32 with TF32 off, fp16 or bf16) at each shape (MxNxK:AB, A stored [K, M] where A is T, B
+stored [N, K] where B is T, as tessera-bench spells them), and a device-to-device copy (the
+bandwidth bar of the add case), timed like tessera-bench (warm-up, then the median of repeats,
+each of --iters calls and one synchronize). Prints JSON.
 
-Usage: gpu_peer.py --sizes 1024,2048,4096 --elements N [--iters I] [--repeat R] [--dtype f32]
+Usage: gpu_peer.py --shapes 1024x1024x1024:NN,16384x1152x384:NT --elements N [--iters I]
+                   [--repeat R] [--dtype f32]
 """
 import argparse
 import json
@@ -30,7 +32,7 @@ def timed(fn, iters, repeat):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--sizes", default="1024,2048,4096")
+    p.add_argument("--shapes", default="1024x1024x1024:NN,2048x2048x2048:NN,4096x4096x4096:NN")
     p.add_argument("--elements", type=int, default=1 << 26)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--repeat", type=int, default=5)
@@ -42,13 +44,17 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     sgemm = []
-    for n in [int(s) for s in a.sizes.split(",") if s]:
-        dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
-        x = torch.randn(n, n, device="cuda", dtype=dtype)
-        y = torch.randn(n, n, device="cuda", dtype=dtype)
-        t = timed(lambda: torch.matmul(x, y), a.iters, a.repeat)
-        sgemm.append({"n": n, "seconds": t, "gflops": 2 * n**3 / t / 1e9})
-        del x, y
+    dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+    for shape in [s for s in a.shapes.split(",") if s]:
+        dims, ops = shape.split(":")
+        m, n, k = (int(v) for v in dims.split("x"))
+        x = torch.randn(*((k, m) if ops[0] == "T" else (m, k)), device="cuda", dtype=dtype)
+        y = torch.randn(*((n, k) if ops[1] == "T" else (k, n)), device="cuda", dtype=dtype)
+        xa = x.t() if ops[0] == "T" else x
+        yb = y.t() if ops[1] == "T" else y
+        t = timed(lambda: torch.matmul(xa, yb), a.iters, a.repeat)
+        sgemm.append({"shape": shape, "seconds": t, "gflops": 2 * m * n * k / t / 1e9})
+        del x, y, xa, yb
     src = torch.randn(a.elements, device="cuda")
     dst = torch.empty_like(src)
     other = torch.randn(a.elements, device="cuda")

@@ -342,6 +342,36 @@ TEST(TesseraBench, WritesJsonWithThePeerAndTheDispatchOverhead) {
   EXPECT_EQ(run("", std::string(BENCH_BIN) + " --devices nosuch").code, 1);
 }
 
+// --gemm-shapes: the sgemm case runs the given products (operands stored transposed where asked)
+// beside OpenBLAS doing the same; a malformed shape is refused before anything runs.
+TEST(TesseraBench, GemmShapesRunTheGivenProductsAndRefuseMalformedOnes) {
+  const Result r = run("", std::string(BENCH_BIN) +
+                               " --devices cpu --cases sgemm --gemm-shapes 96x40x72:NT 33x64x16:TN"
+                               " --repeat 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 2u) << r.out;
+  const json &nt = j["results"][0], &tn = j["results"][1];
+  EXPECT_EQ(nt["m"], 96);
+  EXPECT_EQ(nt["n"], 40);
+  EXPECT_EQ(nt["k"], 72);
+  EXPECT_EQ(nt["trans_a"], false);
+  EXPECT_EQ(nt["trans_b"], true);
+  EXPECT_EQ(tn["m"], 33);
+  EXPECT_EQ(tn["trans_a"], true);
+  EXPECT_EQ(tn["trans_b"], false);
+  for (const json& res : j["results"]) {
+    EXPECT_GT(res["gflops"].get<double>(), 0);
+    EXPECT_GT(res["ratio"].get<double>(), 0);
+  }
+  for (const char* bad : {"96x40", "96x40x72:NX", "0x4x4", "1048576x1048576x1"}) {
+    const Result e =
+        run("", std::string(BENCH_BIN) + " --devices cpu --cases sgemm --gemm-shapes " + bad);
+    EXPECT_EQ(e.code, 2) << bad;
+    EXPECT_NE(e.err.find(std::string("--gemm-shapes: '") + bad + "'"), std::string::npos) << e.err;
+  }
+}
+
 // The train case's rounds: each round's samples/s and the CPU time stolen from the VM during it;
 // a peer that can not run is an error in the result, not a failed benchmark.
 TEST(TesseraBench, TrainRoundsListEachRoundWithItsStolenCpuTime) {
