@@ -203,18 +203,22 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
   if (!bias && coop_gemm(l, a, b, c, trans_a, trans_b, m, n, k, g)) return;
   GemmTiles t = gemm_tiles(l.traits(), m, n, g.count);
   // A small output with a long K (a weight gradient: K is the batch's tokens) leaves compute
-  // units idle with any tiles: K is split in parts of at least 1024, on GPUs with the largest
-  // tiles, their sums added afterwards in a fixed order.
+  // units idle with any tiles: K is split in parts of at least 512, on GPUs with the largest
+  // tiles, their sums added afterwards in a fixed order. As many parts as fill one wave of two
+  // work-groups a compute unit (as many as run at once there; a second, partial wave would
+  // take as long as the first): the GPT's weight gradients on the H100 went from 20-25 to 30-38
+  // TFLOP/s against one work-group a compute unit (docs/performance.md).
   KParts split{k, 1};
   const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
-  if (k >= 2048) {
+  if (k >= 1024) {
     GemmTiles big = t;
     const GemmTiles largest = with_buffers(gpu_tiles(l.traits())[0], l.traits());
     if (!tiles_from_environment() && !l.traits().is_cpu && unfit(largest, l.traits()).empty())
       big = largest;
     const std::int64_t groups = g.count * ((m + big.tm - 1) / big.tm) * ((n + big.tn - 1) / big.tn);
-    const std::int64_t want = std::min((units + groups - 1) / groups, k / 1024);
-    if (groups < units && want > 1) {
+    const std::int64_t slots = 2 * units;
+    const std::int64_t want = std::min(slots / groups, k / 512);
+    if (want > 1) {
       t = big;
       split = split_k(k, want, t.tk);
     }
