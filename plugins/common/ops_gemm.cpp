@@ -206,7 +206,7 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
   // units idle with any tiles: K is split in parts of at least 512, on GPUs with the largest
   // tiles, their sums added afterwards in a fixed order. As many parts as fill one wave of two
   // work-groups a compute unit (as many as run at once there; a second, partial wave would
-  // take as long as the first): the GPT's weight gradients on the H100 went from 20-25 to 30-38
+  // take as long as the first): the GPT's weight gradients on the H100 went from 20-25 to 31-42
   // TFLOP/s against one work-group a compute unit (docs/performance.md).
   KParts split{k, 1};
   const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
