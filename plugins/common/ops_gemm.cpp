@@ -210,7 +210,7 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
   // TFLOP/s against one work-group a compute unit (docs/performance.md).
   KParts split{k, 1};
   const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
-  if (k >= 1024) {
+  if (k >= 2048) {
     GemmTiles big = t;
     const GemmTiles largest = with_buffers(gpu_tiles(l.traits())[0], l.traits());
     if (!tiles_from_environment() && !l.traits().is_cpu && unfit(largest, l.traits()).empty())
