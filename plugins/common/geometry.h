@@ -239,6 +239,13 @@ inline std::int32_t float_code(DType t) {
   return t == DType::f16 ? 1 : t == DType::bf16 ? 2 : 0;
 }
 
+// Whether an element-wise kernel may move two elements of |t| as one 32-bit word (LDS2, STX2):
+// a 16-bit dtype, with the count |n| and every binding's element offset even.
+inline bool word_pairs(DType t, std::int64_t n, std::initializer_list<std::int64_t> offsets) {
+  if (dtype_size(t) != 2 || n % 2) return false;
+  return multiples_of(2, offsets);
+}
+
 // copy and fill move elements of 4 bytes of any dtype (f32, i32) and the 16-bit floats (f16,
 // bf16).
 inline Support copy_fill_supports(const OpCall& call) {

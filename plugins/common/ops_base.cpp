@@ -13,8 +13,8 @@ void unary(const OpCall& call, Launcher& l) {
   const Tensor& y = call.out(0);
   const bool backward = kOp == 7;  // relu_backward: (grad, x)
   const Tensor& x = backward ? call.in(1) : call.in(0);
-  const bool pairs = dtype_size(y.dtype()) == 2 && y.numel() % 2 == 0 && x.offset() % 2 == 0 &&
-                     y.offset() % 2 == 0 && (!backward || call.in(0).offset() % 2 == 0);
+  const bool pairs = word_pairs(y.dtype(), y.numel(),
+                                {x.offset(), y.offset(), backward ? call.in(0).offset() : 0});
   Launch(l, "unary", {kOp, float_code(y.dtype()), pairs ? 1 : 0})
       .in(x)
       .out(y)
@@ -32,9 +32,8 @@ void binary(const OpCall& call, Launcher& l) {
   const bool flat = is_flat(g, 2);
   const bool vec4 = flat && y.dtype() == DType::f32 &&
                     multiples_of_4({g.n, call.in(0).offset(), call.in(1).offset(), y.offset()});
-  const bool pairs = flat && dtype_size(y.dtype()) == 2 && g.n % 2 == 0 &&
-                     call.in(0).offset() % 2 == 0 && call.in(1).offset() % 2 == 0 &&
-                     y.offset() % 2 == 0;
+  const bool pairs =
+      flat && word_pairs(y.dtype(), g.n, {call.in(0).offset(), call.in(1).offset(), y.offset()});
   Launch(l, "binary",
          {kOp,
           vec4    ? 2

@@ -37,8 +37,8 @@ void launch_unary(const OpCall& call, Launcher& l, std::int32_t code, std::int32
   const bool backward = code >= kGeluBackward;  // (grad, x)
   const Tensor& x = backward ? call.in(1) : call.in(0);
   const Tensor& y = call.out(0);
-  const bool pairs = dtype_size(y.dtype()) == 2 && y.numel() % 2 == 0 && x.offset() % 2 == 0 &&
-                     y.offset() % 2 == 0 && (!backward || call.in(0).offset() % 2 == 0);
+  const bool pairs = word_pairs(y.dtype(), y.numel(),
+                                {x.offset(), y.offset(), backward ? call.in(0).offset() : 0});
   Launch(l, "pointwise_unary", {code, mode, float_code(y.dtype()), pairs ? 1 : 0})
       .in(x)
       .out(y)
