@@ -12,18 +12,20 @@ Variable scaled_dot_product_attention(const Variable& query, const Variable& key
   if (scale) attrs.scale = static_cast<float>(*scale);
   attrs.dropout_p = static_cast<float>(dropout_p);
   attrs.seed = seed;
-  const auto result =
-      scaled_dot_product_attention_forward(query.value(), key.value(), value.value(), attrs);
+  // The op takes contiguous inputs (the dispatcher copies views such as a model's heads, split
+  // and permuted out of one projection); the rule keeps these copies, so that the backward does
+  // not make them again. They take the memory the views would have kept alive.
+  const Tensor q = query.value().contiguous(), k = key.value().contiguous(),
+               v = value.value().contiguous();
+  const auto result = scaled_dot_product_attention_forward(q, k, v, attrs);
   const Tensor &out = result.first, &lse = result.second;
   // The rule keeps the three inputs, the output and the log-sum-exp of every row: the backward
   // recomputes the probabilities from them.
-  return make_result(out, {query, key, value},
-                     [q = query.value(), k = key.value(), v = value.value(), out, lse,
-                      attrs](const Tensor& g) -> std::vector<Tensor> {
-                       AttentionGrads d =
-                           scaled_dot_product_attention_backward(g, q, k, v, out, lse, attrs);
-                       return {d.query, d.key, d.value};
-                     });
+  return make_result(
+      out, {query, key, value}, [q, k, v, out, lse, attrs](const Tensor& g) -> std::vector<Tensor> {
+        AttentionGrads d = scaled_dot_product_attention_backward(g, q, k, v, out, lse, attrs);
+        return {d.query, d.key, d.value};
+      });
 }
 
 }  // namespace tessera::train
