@@ -185,6 +185,17 @@ void infer_dropout_mask(const OpCall& call, std::span<TensorSpec> out) {
           "masks are limited to 2^32 elements, got {}", out[0].shape.str());
 }
 
+void infer_dropout(const OpCall& call, std::span<TensorSpec> out) {
+  const Tensor& x = call.in(0);
+  const auto& at = call.attr<DropoutAttrs>();
+  require(at.p >= 0 && at.p < 1, call, "p must be in [0, 1), got {}", at.p);
+  require(x.dtype() == DType::f32 || x.dtype() == DType::f16 || x.dtype() == DType::bf16, call,
+          "x must be f32, f16 or bf16, got {}", dtype_name(x.dtype()));
+  require(x.numel() <= (std::int64_t{1} << 32), call,
+          "dropout is limited to 2^32 elements (the mask's stream), got {}", x.shape().str());
+  out[0] = {x.shape(), x.dtype()};
+}
+
 void infer_sgd(const OpCall& call, std::span<TensorSpec> out) {
   require(out[0].shape == call.in(0).shape() && out[1].shape == call.in(0).shape(), call,
           "param {}, grad {} and momentum {} must have the same shape", out[0].shape.str(),
@@ -238,6 +249,7 @@ constexpr OpDef kOps[] = {
     {OpId::adam_update, "adam_update", 1, 3, false, true, false, infer_adam},
     {OpId::max_backward, "max_backward", 2, 1, false, false, false, infer_max_backward},
     {OpId::dropout_mask, "dropout_mask", 0, 1, false, true, false, infer_dropout_mask},
+    {OpId::dropout, "dropout", 1, 1, false, false, true, infer_dropout},
     {OpId::addmm, "addmm", 3, 1, false, false, true, infer_addmm},
 
     // --- tensor API: casts, factories, indexing ---
@@ -393,6 +405,7 @@ bool op_computes_in_f32(OpId op) {
     case OpId::ge:
     case OpId::where:
     case OpId::masked_fill:
+    case OpId::dropout:
       return true;
     default:
       return false;

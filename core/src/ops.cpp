@@ -298,6 +298,10 @@ void dropout_mask_(Tensor& mask, const DropoutAttrs& attrs) {
   run_op(call);
 }
 
+Tensor dropout(const Tensor& x, const DropoutAttrs& attrs) {
+  return run1(OpId::dropout, {x}, attrs);
+}
+
 void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum, const SgdAttrs& attrs) {
   OpCall call = make_call(OpId::sgd_update, {grad}, attrs);
   call.outputs[0] = param;

@@ -30,11 +30,12 @@ enum UnaryCode : std::int32_t {
   kGeluBackward,
   kGeluTanhBackward,
   kSiluBackward,
+  kDropout,
 };
 
 void launch_unary(const OpCall& call, Launcher& l, std::int32_t code, std::int32_t mode = 0,
                   float a = 0, float b = 0, std::int64_t e = 0) {
-  const bool backward = code >= kGeluBackward;  // (grad, x)
+  const bool backward = code >= kGeluBackward && code <= kSiluBackward;  // (grad, x)
   const Tensor& x = backward ? call.in(1) : call.in(0);
   const Tensor& y = call.out(0);
   const bool pairs = word_pairs(y.dtype(), y.numel(),
@@ -65,6 +66,11 @@ void gelu(const OpCall& call, Launcher& l) {
 
 void gelu_backward(const OpCall& call, Launcher& l) {
   launch_unary(call, l, tanh_form(call) ? kGeluTanhBackward : kGeluBackward);
+}
+
+void dropout(const OpCall& call, Launcher& l) {
+  const auto& a = call.attr<DropoutAttrs>();
+  launch_unary(call, l, kDropout, 0, a.p, 1.0f / (1.0f - a.p), dropout_key(a.seed));
 }
 
 void clamp(const OpCall& call, Launcher& l) {
@@ -205,6 +211,7 @@ void add_pointwise_ops(PortableOps& ops) {
   ops.add(OpId::pow, pow, gpu_one_float_supports);
   ops.add(OpId::clamp, clamp, gpu_one_float_supports);
   ops.add(OpId::gelu, gelu, gpu_one_float_supports);
+  ops.add(OpId::dropout, dropout, gpu_one_float_supports);
   ops.add(OpId::gelu_backward, gelu_backward, gpu_one_float_supports);
   ops.add(OpId::silu, unary<kSilu>, gpu_one_float_supports);
   ops.add(OpId::silu_backward, unary<kSiluBackward>, gpu_one_float_supports);

@@ -147,6 +147,18 @@ void dropout_mask_kernel(const OpCall& call, Context& ctx) {
   });
 }
 
+// x * the mask of dropout_mask_kernel, as x * (0 or 1/(1-p)): the same values and NaNs.
+void dropout_kernel(const OpCall& call, Context& ctx) {
+  const auto& a = call.attr<DropoutAttrs>();
+  const float* x = in_ptr(call, 0);
+  float* y = out_ptr(call, 0);
+  const float keep = 1.0f / (1.0f - a.p);
+  ctx.pool.parallel_for(call.out(0).numel(), kElementGrain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i)
+      y[i] = x[i] * (dropout_uniform(a.seed, static_cast<std::uint32_t>(i)) >= a.p ? keep : 0.0f);
+  });
+}
+
 Support any_dtype(const OpCall&) {
   return Support::yes();
 }
@@ -220,6 +232,7 @@ void register_elementwise(KernelTable& t, Context& ctx) {
   set(OpId::copy, copy_kernel, any_dtype);
   set(OpId::fill, fill_kernel, fill_dtypes);
   set(OpId::dropout_mask, dropout_mask_kernel);
+  set(OpId::dropout, dropout_kernel);
 }
 
 }  // namespace tessera::cpu

@@ -132,7 +132,7 @@ std::vector<Case> tessera::conformance::grad_cases() {
                  gradcheck(d, {{{5, 8}, randn(40)}, {{3, 8}, randn(24)}, {{3}, randn(3)}},
                            [](auto& v) { return tt::linear(v[0], v[1], v[2]); });
                }});
-  c.push_back({"grad_dropout", OpId::dropout_mask, [](Device& d) {
+  c.push_back({"grad_dropout", OpId::dropout, [](Device& d) {
                  const std::uint64_t seed = rng()();
                  gradcheck(d, {{{6, 7}, randn(42)}},
                            [seed](auto& v) { return tt::dropout(v[0], 0.3f, seed); });

@@ -316,6 +316,21 @@ std::vector<Widened> widened_ops() {
        normal,
        [](V x) { return silu_backward(x[0], x[1]); }},
       {"erf", OpId::erf, {m}, normal, [](V x) { return erf(x[0]); }},
+      // An odd count (one element an invocation on the GPUs) and an even one (two a word).
+      {"dropout",
+       OpId::dropout,
+       {m},
+       normal,
+       [](V x) {
+         return dropout(x[0], {0.3f, 77});
+       }},
+      {"dropout_pairs",
+       OpId::dropout,
+       {even},
+       normal,
+       [](V x) {
+         return dropout(x[0], {0.6f, 5});
+       }},
       {"minimum", OpId::minimum, {m, row}, normal, [](V x) { return minimum(x[0], x[1]); }},
       {"maximum", OpId::maximum, {m, m}, normal, [](V x) { return maximum(x[0], x[1]); }},
       {"lt", OpId::lt, {m, row}, normal, [](V x) { return lt(x[0], x[1]); }},

@@ -173,7 +173,7 @@ std::vector<Case> base_cases() {
       // Tessera's mask is not torch's random stream: compare.py checks the kept share and that
       // the kept elements (and their gradients) are scaled by 1 / (1 - p), as torch's dropout.
       {"dropout",
-       OpId::dropout_mask,
+       OpId::dropout,
        {randn({64, 64})},
        [](const Vars& x) { return tt::dropout(x[0], 0.3f, 1234); }},
 

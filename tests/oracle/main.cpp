@@ -50,6 +50,9 @@ std::vector<Case> all_cases() {
 const std::map<std::string, std::string>& not_cased() {
   static const std::map<std::string, std::string> ops{
       {"fill", "runs in every Tensor::full and zero gradient"},
+      {"dropout_mask",
+       "Tessera's counter-based stream, not torch's (the conformance suite checks its bits; "
+       "dropout's case applies it)"},
       {"rand",
        "Tessera's counter-based stream, not torch's (the conformance suite checks its bits)"},
       {"randn",

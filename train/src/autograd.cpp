@@ -480,10 +480,11 @@ Variable linear(const Variable& x, const Variable& w, const Variable& b) {
 }
 
 Variable dropout(const Variable& x, float p, std::uint64_t seed) {
-  Tensor mask = Tensor::empty(x.shape(), x.value().dtype(), &x.value().device());
-  dropout_mask_(mask, DropoutAttrs{p, seed});
-  return make_result(tessera::mul(x.value(), mask), {x},
-                     [mask](const Tensor& g) -> Grads { return {tessera::mul(g, mask)}; });
+  // The mask is a pure function of (seed, element): the backward applies it to the gradient
+  // again, so that none is kept between them.
+  const DropoutAttrs attrs{p, seed};
+  return make_result(tessera::dropout(x.value(), attrs), {x},
+                     [attrs](const Tensor& g) -> Grads { return {tessera::dropout(g, attrs)}; });
 }
 
 }  // namespace tessera::train

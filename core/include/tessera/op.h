@@ -52,6 +52,7 @@ enum class OpId : std::uint16_t {
   adam_update,             // (grad) -> param, m, v updated in place, AdamAttrs
   max_backward,            // (grad [reduced], x) -> grad at the first max along axis, AxisAttrs
   dropout_mask,  // () -> out[i] = 0 or 1/(1-p), a pure function of (seed, i), DropoutAttrs
+  dropout,       // (x) -> x * dropout_mask (contiguous; its own backward), DropoutAttrs
   addmm,         // (a, b, bias [N]) -> op(a) @ op(b) + bias on every row; 2-D, MatmulAttrs
 
   // --- tensor API: casts, factories, indexing ---

@@ -79,6 +79,9 @@ Tensor copy(const Tensor& x);
 void fill_(Tensor& t, double value);
 // Fills the contiguous f32 tensor |mask| with a dropout mask (DropoutAttrs in op.h).
 void dropout_mask_(Tensor& mask, const DropoutAttrs& attrs);
+// x * the mask dropout_mask_ would fill for x's shape, in one pass and without the mask (f32,
+// f16 or bf16; the product in f32, rounded once): its own gradient, dropout(grad, attrs).
+Tensor dropout(const Tensor& x, const DropoutAttrs& attrs);
 // Optimizer steps, in place on |param| and the state tensors (all contiguous, same shape).
 void sgd_update_(Tensor& param, const Tensor& grad, Tensor& momentum, const SgdAttrs& attrs);
 void adam_update_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamAttrs& attrs);
