@@ -1,9 +1,12 @@
 // The attention front-end: the fused op, its backward, and the composed (math) form.
+#include <array>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "tessera/device.h"
 #include "tessera/errors.h"
 #include "tessera/ops.h"
 
@@ -58,6 +61,35 @@ AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, con
                                {grad_out, query, key, value, out, lse}, attrs);
   run_op(call);
   return {call.outputs[0], call.outputs[1], call.outputs[2]};
+}
+
+AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                     const Tensor& key, const Tensor& value,
+                                                     const Tensor& out, const Tensor& lse,
+                                                     const AttentionAttrs& attrs,
+                                                     const AttentionGrads& into) {
+  const std::array<const Tensor*, 3> outs{&into.query, &into.key, &into.value};
+  const std::array<const Tensor*, 3> ins{&query, &key, &value};
+  constexpr std::array<const char*, 3> names{"query", "key", "value"};
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (!ins[i]->defined()) continue;  // the op names it
+    if (!outs[i]->defined() || !(outs[i]->shape() == ins[i]->shape()) ||
+        outs[i]->dtype() != ins[i]->dtype() || &outs[i]->device() != &ins[i]->device())
+      throw InvalidArgument(fmt::format(
+          "scaled_dot_product_attention_backward: the gradient of {} must be written into a "
+          "tensor of its shape {} and dtype on its device, got {}",
+          names[i], ins[i]->shape().str(),
+          outs[i]->defined() ? fmt::format("{} {} on {}", dtype_name(outs[i]->dtype()),
+                                           outs[i]->shape().str(), outs[i]->device().id())
+                             : std::string("an undefined tensor")));
+  }
+  OpCall call = attention_call(OpId::scaled_dot_product_attention_backward,
+                               {grad_out, query, key, value, out, lse}, attrs);
+  call.outputs[0] = into.query;
+  call.outputs[1] = into.key;
+  call.outputs[2] = into.value;
+  run_op(call);
+  return into;
 }
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,

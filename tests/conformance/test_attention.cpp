@@ -288,5 +288,53 @@ std::vector<Case> tessera::conformance::attention_grad_cases() {
                                    v[0], v[1], v[2], p.dropout_p, p.causal, p.scale, seed);
                              });
                  }});
+  // Packed q, k and v ([3, B, H, T, E]; heads of 8 and 24 take the GPUs' register-tiled kernels,
+  // 6 the general ones): finite differences, and the output and gradient of the unpacked
+  // function on the same device from the same values.
+  for (const std::int64_t e : {std::int64_t{8}, std::int64_t{24}, std::int64_t{6}})
+    c.push_back({fmt::format("grad_attention_packed_e{}", e), kOp, [e](Device& d) {
+                   const std::uint64_t seed = (std::uint64_t{rng()()} << 32) | rng()();
+                   const Shape s{3, 2, 2, 9, e};
+                   auto packed = [seed](const std::vector<tt::Variable>& v) {
+                     return tt::scaled_dot_product_attention_packed(v[0], 0.25, true, std::nullopt,
+                                                                    seed);
+                   };
+                   gradcheck(d, {{s, randn(s.numel())}}, packed);
+
+                   DeviceGuard guard(d);
+                   const Vec x = randn(s.numel()), w = randn(s.numel() / 3);
+                   const tt::Variable qkv(on(d, x, s), true);
+                   const tt::Variable y = packed({qkv});
+                   y.backward(on(d, w, y.shape()));
+                   std::vector<tt::Variable> parts;
+                   for (std::int64_t i = 0; i < 3; ++i)
+                     parts.emplace_back(on(d, x, s).select(0, i).contiguous(), true);
+                   const tt::Variable ref = tt::scaled_dot_product_attention(
+                       parts[0], parts[1], parts[2], 0.25, true, std::nullopt, seed);
+                   ref.backward(on(d, w, y.shape()));
+                   const Vec out = ref.value().to_vector<float>();
+                   expect_close(y.value().to_vector<float>(), Ref(out.begin(), out.end()), 1e-6);
+                   Ref grad;
+                   for (const tt::Variable& p : parts) {
+                     const Vec g = p.grad().to_vector<float>();
+                     grad.insert(grad.end(), g.begin(), g.end());
+                   }
+                   expect_close(qkv.grad().to_vector<float>(), grad, 1e-6);
+                 }});
+  c.push_back({"grad_attention_packed_errors", kOp, [](Device& d) {
+                 DeviceGuard guard(d);
+                 const tt::Variable two(on(d, randn(2 * 4 * 8), {2, 4, 8}), true);
+                 EXPECT_THROW((void)tt::scaled_dot_product_attention_packed(two), InvalidArgument);
+                 const tt::Variable flat(on(d, randn(3 * 8), {3, 8}), true);
+                 EXPECT_THROW((void)tt::scaled_dot_product_attention_packed(flat), InvalidArgument);
+                 // The backward's destinations must match the inputs.
+                 const Tensor q = on(d, randn(4 * 8), {4, 8});
+                 const auto [out, lse] = scaled_dot_product_attention_forward(q, q, q, {});
+                 const Tensor wrong = Tensor::empty({4, 7}, DType::f32, &d);
+                 const Tensor right = Tensor::empty({4, 8}, DType::f32, &d);
+                 EXPECT_THROW((void)scaled_dot_product_attention_backward(
+                                  out, q, q, q, out, lse, {}, AttentionGrads{right, wrong, right}),
+                              InvalidArgument);
+               }});
   return c;
 }

@@ -1,17 +1,30 @@
 // The gradient rule of scaled dot-product attention.
+#include <fmt/format.h>
+
+#include "tessera/errors.h"
 #include "tessera/ops.h"
 #include "tessera/train/autograd.h"
 
 namespace tessera::train {
 
-Variable scaled_dot_product_attention(const Variable& query, const Variable& key,
-                                      const Variable& value, double dropout_p, bool is_causal,
-                                      std::optional<double> scale, std::uint64_t seed) {
+namespace {
+
+AttentionAttrs attention_attrs(double dropout_p, bool is_causal, std::optional<double> scale,
+                               std::uint64_t seed) {
   AttentionAttrs attrs;
   attrs.is_causal = is_causal;
   if (scale) attrs.scale = static_cast<float>(*scale);
   attrs.dropout_p = static_cast<float>(dropout_p);
   attrs.seed = seed;
+  return attrs;
+}
+
+}  // namespace
+
+Variable scaled_dot_product_attention(const Variable& query, const Variable& key,
+                                      const Variable& value, double dropout_p, bool is_causal,
+                                      std::optional<double> scale, std::uint64_t seed) {
+  const AttentionAttrs attrs = attention_attrs(dropout_p, is_causal, scale, seed);
   // The op takes contiguous inputs (the dispatcher copies views such as a model's heads, split
   // and permuted out of one projection); the rule keeps these copies, so that the backward does
   // not make them again. They take the memory the views would have kept alive.
@@ -26,6 +39,29 @@ Variable scaled_dot_product_attention(const Variable& query, const Variable& key
         AttentionGrads d = scaled_dot_product_attention_backward(g, q, k, v, out, lse, attrs);
         return {d.query, d.key, d.value};
       });
+}
+
+Variable scaled_dot_product_attention_packed(const Variable& qkv, double dropout_p, bool is_causal,
+                                             std::optional<double> scale, std::uint64_t seed) {
+  const Shape& s = qkv.shape();
+  if (s.rank() < 3 || s[0] != 3)
+    throw InvalidArgument(fmt::format(
+        "scaled_dot_product_attention_packed: expects qkv [3, ..., L, E] (query, key and value "
+        "stacked in the first dimension), got {}",
+        s.str()));
+  const AttentionAttrs attrs = attention_attrs(dropout_p, is_causal, scale, seed);
+  const Tensor packed = qkv.value().contiguous();
+  const auto result = scaled_dot_product_attention_forward(packed.select(0, 0), packed.select(0, 1),
+                                                           packed.select(0, 2), attrs);
+  const Tensor &out = result.first, &lse = result.second;
+  // The backward writes the three gradients into the slices of one tensor, qkv's gradient.
+  return make_result(out, {qkv}, [packed, out, lse, attrs](const Tensor& g) -> std::vector<Tensor> {
+    const Tensor grad = Tensor::empty(packed.shape(), packed.dtype(), &packed.device());
+    scaled_dot_product_attention_backward(
+        g, packed.select(0, 0), packed.select(0, 1), packed.select(0, 2), out, lse, attrs,
+        AttentionGrads{grad.select(0, 0), grad.select(0, 1), grad.select(0, 2)});
+    return {grad};
+  });
 }
 
 }  // namespace tessera::train

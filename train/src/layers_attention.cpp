@@ -12,6 +12,12 @@ namespace tessera::train {
 
 namespace {
 
+// [B, T, 3 * H * D] (q, k and v side by side) -> [3, B, H, T, D], a view.
+Variable packed_heads(const Variable& qkv, std::int64_t heads) {
+  const Shape& s = qkv.shape();
+  return permute(reshape(qkv, Shape{s[0], s[1], 3, heads, s[2] / (3 * heads)}), {2, 0, 3, 1, 4});
+}
+
 // [B, T, H * D] -> [B, H, T, D].
 Variable split_heads(const Variable& x, std::int64_t heads) {
   const Shape& s = x.shape();
@@ -82,6 +88,16 @@ Variable MultiheadAttention::forward(const Variable& query, const Variable& key,
     throw fail("key and value must have the batch of query and the same length");
   if (attn_mask.defined() && is_causal) throw fail("give attn_mask or is_causal, not both");
 
+  const double p = training_ ? dropout_ : 0.0;
+  if (self_attention && !attn_mask.defined()) {
+    // One projection and one copy of its heads, the gradient likewise (packed attention).
+    const Variable y = scaled_dot_product_attention_packed(
+        packed_heads(project(q0, in_proj_weight, in_proj_bias), h_), p, is_causal, std::nullopt,
+        dropout_seed(stream_));
+    Variable out = (*out_proj)(merge_heads(y));
+    if (rank == 2) return squeeze(out, 0);
+    return batch_first_ ? out : transpose(out, 0, 1);
+  }
   Variable q, k, v;
   if (self_attention) {
     std::vector<Variable> qkv = chunk(project(q0, in_proj_weight, in_proj_bias), 3, -1);
@@ -99,7 +115,6 @@ Variable MultiheadAttention::forward(const Variable& query, const Variable& key,
   q = split_heads(q, h_);
   k = split_heads(k, h_);
   v = split_heads(v, h_);
-  const double p = training_ ? dropout_ : 0.0;
   Variable y;
   if (!attn_mask.defined()) {
     y = scaled_dot_product_attention(q, k, v, p, is_causal, std::nullopt, dropout_seed(stream_));
@@ -155,11 +170,10 @@ Variable CausalSelfAttention::forward(const Variable& x) {
     throw InvalidArgument(
         fmt::format("CausalSelfAttention(n_embd={}, n_head={}): expects x [B, T, {}], got {}", c_,
                     h_, c_, s.str()));
-  std::vector<Variable> qkv = split((*c_attn)(x), c_, 2);
+  // q, k and v of every head in one copy, and their gradient in one tensor (packed attention).
   const double p = attn_dropout->is_training() ? dropout_ : 0.0;
-  Variable y = scaled_dot_product_attention(split_heads(qkv[0], h_), split_heads(qkv[1], h_),
-                                            split_heads(qkv[2], h_), p, true, std::nullopt,
-                                            dropout_seed(attn_dropout->stream()));
+  Variable y = scaled_dot_product_attention_packed(
+      packed_heads((*c_attn)(x), h_), p, true, std::nullopt, dropout_seed(attn_dropout->stream()));
   return (*resid_dropout)((*c_proj)(merge_heads(y)));
 }
 

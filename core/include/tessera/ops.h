@@ -317,6 +317,15 @@ AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, con
                                                      const Tensor& key, const Tensor& value,
                                                      const Tensor& out, const Tensor& lse,
                                                      const AttentionAttrs& attrs);
+// The same, written into |into|'s three tensors (contiguous, each of its input's shape and
+// dtype, on its device, none overlapping another or an input; disjoint views of one tensor are
+// allowed, as the slices of a packed gradient): returns |into|. Throws InvalidArgument naming the
+// tensor that does not fit.
+AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                     const Tensor& key, const Tensor& value,
+                                                     const Tensor& out, const Tensor& lse,
+                                                     const AttentionAttrs& attrs,
+                                                     const AttentionGrads& into);
 // Batched op(a) @ op(b) for a [..., M, K] and b [..., K, N] (trans_a: a holds [..., K, M],
 // trans_b: b holds [..., N, K]), both of rank >= 2: the batch dimensions (all but the last two)
 // broadcast as torch.matmul's do (an operand with batch extent 1 is read again for every batch,

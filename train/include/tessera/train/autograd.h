@@ -241,5 +241,15 @@ Variable scaled_dot_product_attention(const Variable& query, const Variable& key
                                       bool is_causal = false,
                                       std::optional<double> scale = std::nullopt,
                                       std::uint64_t seed = 0);
+// The same for query, key and value packed in one tensor qkv [3, ..., L, E] (qkv[0] the query,
+// qkv[1] the key, qkv[2] the value, as flash-attn's qkvpacked functions; self-attention: L = S,
+// E = Ev): the op reads the three slices in place, and the backward writes their gradients into
+// one tensor of qkv's shape. A model that projects q, k and v at once (a GPT's c_attn) then
+// arranges its heads with one copy each way, instead of three copies and three zero-filled
+// gradients summed. Throws InvalidArgument unless qkv has rank >= 3 and 3 in its first dimension.
+Variable scaled_dot_product_attention_packed(const Variable& qkv, double dropout_p = 0.0,
+                                             bool is_causal = false,
+                                             std::optional<double> scale = std::nullopt,
+                                             std::uint64_t seed = 0);
 
 }  // namespace tessera::train
