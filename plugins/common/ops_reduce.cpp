@@ -274,11 +274,25 @@ Support cross_entropy_supports(const OpCall& call) {
 // Elements per work-group of the first stage of the sums.
 constexpr std::int64_t kSumChunk = 4096;
 
-// The sum of squares of |a| (or of a - b) times |scale| into |out| [1], in two stages.
+// The sum of squares of |a| (or of a - b) times |scale| into |out| [1], in two stages; in one
+// where one work-group takes every element (a model's biases and norm weights).
 void sum_of_squares(Launcher& l, const Tensor& a, const Tensor& b, bool diff, float scale,
                     const Tensor& out) {
   const std::int64_t n = a.numel();
   const std::int64_t groups = (n + kSumChunk - 1) / kSumChunk;
+  if (groups == 1) {
+    Launch(l, "sum_squares", {0, diff ? 1 : 0})
+        .in(a)
+        .in(b)
+        .out(out)
+        .i(n)
+        .i(kSumChunk)
+        .f(scale)
+        .shared(kGroup)
+        .group(kGroup)
+        .groups(1);
+    return;
+  }
   const Tensor partial =
       Tensor::empty({std::max<std::int64_t>(groups, 1)}, DType::f32, &l.device());
   if (groups > 0)
@@ -288,6 +302,7 @@ void sum_of_squares(Launcher& l, const Tensor& a, const Tensor& b, bool diff, fl
         .out(partial)
         .i(n)
         .i(kSumChunk)
+        .f(1.0f)
         .shared(kGroup)
         .group(kGroup)
         .groups(groups);

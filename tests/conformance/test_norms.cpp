@@ -346,12 +346,21 @@ void add_loss_cases_impl(std::vector<Case>& c) {
                  }});
   }
   c.push_back({"total_norm", OpId::sum_squares, [](Device& d) {
-                 const Vec a = randn(127), b = randn(3 * 5), e = randn(1);
+                 // One tensor over several work-groups of the GPUs' first stage, three within one.
+                 const Vec a = randn(127), b = randn(3 * 5), e = randn(1), f = randn(9001);
                  double t = 0;
-                 for (const Vec* v : {&a, &b, &e})
+                 for (const Vec* v : {&a, &b, &e, &f})
                    for (float x : *v) t += double(x) * x;
-                 const std::vector<Tensor> ts = {on(d, a, {127}), on(d, b, {3, 5}), on(d, e, {1})};
-                 expect_close({total_norm(ts).item()}, {std::sqrt(t)});
+                 const std::vector<Tensor> ts = {on(d, a, {127}), on(d, b, {3, 5}), on(d, e, {1}),
+                                                 on(d, f, {9001})};
+                 const Tensor n = total_norm(ts);
+                 EXPECT_EQ(n.rank(), 0);
+                 expect_close({n.item()}, {std::sqrt(t)});
+                 double tb = 0;
+                 for (float x : b) tb += double(x) * x;
+                 const Tensor one = total_norm(std::vector<Tensor>{on(d, b, {3, 5})});
+                 EXPECT_EQ(one.rank(), 0);
+                 expect_close({one.item()}, {std::sqrt(tb)});
                }});
   c.push_back({"adamw_update", OpId::adamw_update, [](Device& d) {
                  AdamAttrs a;
