@@ -63,11 +63,26 @@ std::pair<std::int64_t, std::int64_t> ln_rows(const Shape& s, int axis) {
   return {rows, cols};
 }
 
+// Rows of layer_norm.tk's forward and grad_x in a work-group (of kGroup invocations, 32 a row),
+// and columns of its column sums.
+constexpr std::int64_t kNormRows = kGroup / 32;
+constexpr std::int64_t kNormCols = 32;
+
+// layer_norm.tk's V1: 1 where the rows are read 4 floats at once (cols and every offset of
+// |tensors| multiples of 4).
+std::int32_t norm_f4(std::int64_t cols, std::initializer_list<const Tensor*> tensors) {
+  if (cols % 4 != 0) return 0;
+  for (const Tensor* t : tensors)
+    if (t->offset() % 4 != 0) return 0;
+  return 1;
+}
+
 void layer_norm(const OpCall& call, Launcher& l) {
   const auto& at = call.attr<LayerNormAttrs>();
   const auto [rows, cols] = ln_rows(call.in(0).shape(), at.axis);
   if (rows == 0) return;
-  Launch(l, "layer_norm", {0})
+  const std::int32_t f4 = norm_f4(cols, {&call.in(0), &call.in(1), &call.in(2), &call.out(0)});
+  Launch(l, "layer_norm", {0, f4})
       .in(call.in(0))
       .in(call.in(1))
       .in(call.in(2))
@@ -79,19 +94,20 @@ void layer_norm(const OpCall& call, Launcher& l) {
       .f(at.eps)
       .shared(2 * kGroup)
       .group(kGroup)
-      .groups(rows);
+      .groups((rows + kNormRows - 1) / kNormRows);
 }
 
-// Rows per block of the column partials of grad_weight and grad_bias.
-constexpr std::int64_t kRowBlock = 32;
+// Rows per block of the column partials of grad_weight and grad_bias (8 a column's invocation).
+constexpr std::int64_t kRowBlock = 64;
 
 void layer_norm_backward(const OpCall& call, Launcher& l) {
   const auto& at = call.attr<LayerNormAttrs>();
   const auto [rows, cols] = ln_rows(call.in(1).shape(), at.axis);
   const Tensor &g = call.in(0), &x = call.in(1), &w = call.in(2), &mean = call.in(3),
                &rstd = call.in(4);
+  const std::int64_t chunks = (cols + kNormCols - 1) / kNormCols;
   if (rows > 0)
-    Launch(l, "layer_norm", {1})
+    Launch(l, "layer_norm", {1, norm_f4(cols, {&g, &x, &w, &call.out(0)})})
         .in(g)
         .in(x)
         .in(w)
@@ -103,7 +119,7 @@ void layer_norm_backward(const OpCall& call, Launcher& l) {
         .f(at.eps)
         .shared(2 * kGroup)
         .group(kGroup)
-        .groups(rows);
+        .groups((rows + kNormRows - 1) / kNormRows);
   const std::int64_t blocks = std::max<std::int64_t>((rows + kRowBlock - 1) / kRowBlock, 1);
   const Tensor partial = Tensor::empty({2, blocks, cols}, DType::f32, &l.device());
   Launch(l, "layer_norm", {2})
@@ -117,7 +133,9 @@ void layer_norm_backward(const OpCall& call, Launcher& l) {
       .i(cols)
       .i(kRowBlock)
       .i(blocks)
-      .run(blocks * cols);
+      .shared(2 * kGroup)
+      .group(kGroup)
+      .groups(blocks * chunks);
   Launch(l, "layer_norm", {3})
       .in(partial)
       .out(call.out(1))
@@ -129,7 +147,9 @@ void layer_norm_backward(const OpCall& call, Launcher& l) {
       .i(cols)
       .i(kRowBlock)
       .i(blocks)
-      .run(cols);
+      .shared(2 * kGroup)
+      .group(kGroup)
+      .groups(chunks);
 }
 
 // x [N, C, S].

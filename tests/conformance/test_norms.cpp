@@ -21,10 +21,11 @@ struct LnCase {
   Shape shape;
   int norm_dims;
 };
-// [40, 2052]: more columns than a work-group has invocations, and two blocks of the GPU kernels'
-// column partials.
-const LnCase kLnCases[] = {{{5, 127}, 1}, {{3, 4, 6}, 2}, {{1, 1025}, 1},
-                           {{7, 3}, 1},   {{0, 8}, 1},    {{40, 2052}, 1}};
+// [40, 2052]: more columns than a work-group has invocations; [601, 20]: rows of 4-float loads,
+// a last work-group of the GPU kernels' 8 rows partly past the end, and 10 blocks of their column
+// partials (64 rows each), summed by 8 invocations a column.
+const LnCase kLnCases[] = {{{5, 127}, 1}, {{3, 4, 6}, 2},  {{1, 1025}, 1}, {{7, 3}, 1},
+                           {{0, 8}, 1},   {{40, 2052}, 1}, {{601, 20}, 1}};
 
 std::string shape_name(const Shape& s) {
   std::string r = s.str();
