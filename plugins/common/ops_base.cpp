@@ -120,7 +120,8 @@ void sum_lines(Launcher& l, const Tensor& x, const Tensor& y, std::int64_t outer
                std::int64_t inner, float scale) {
   // Lines enough to fill the device (2048 invocations per compute unit) run one invocation each;
   // fewer, long ones are split in parts of at least 64 (a column sum of [16384, 1536] in 176
-  // parts on an H100), summed again over the parts.
+  // parts on an H100), and the parts summed the same way (the 256 parts of a [16384, 384] column
+  // sum in 4 of 64, then those 4): no invocation walks hundreds of partial sums in a row.
   const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
   const std::int64_t lines = outer * inner;
   const std::int64_t parts = lines > 0 ? std::clamp<std::int64_t>(units * 2048 / lines, 1,
@@ -148,7 +149,7 @@ void sum_lines(Launcher& l, const Tensor& x, const Tensor& y, std::int64_t outer
   const std::int64_t used = (n + chunk - 1) / chunk;
   const Tensor partial = Tensor::empty({outer, used, inner}, DType::f32, &l.device());
   launch(x, partial, n, used, chunk, 1.0f);
-  launch(partial, y, used, 1, used, scale);
+  sum_lines(l, partial, y, outer, used, inner, scale);
 }
 
 namespace {

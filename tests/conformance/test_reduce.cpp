@@ -248,6 +248,14 @@ void add_multi_axis_cases(std::vector<Case>& c) {
                                 return t;
                               }));
                }});
+  c.push_back({"sum_long_columns", OpId::sum, [](Device& d) {
+                 // Three columns of 70000: the GPUs split them in parts and sum the parts in
+                 // parts again (a bias gradient's shape, narrowed).
+                 const Vec x = add_offset(randn(70000 * 3), 0.5f);
+                 Ref r(3, 0.0);
+                 for (std::size_t i = 0; i < x.size(); ++i) r[i % 3] += x[i];
+                 expect_close(values(sum(on(d, x, {70000, 3}), 0)), r);
+               }});
   c.push_back({"sum_dims_empty", OpId::sum, [](Device& d) {
                  const Tensor y = sum(Tensor::empty({0, 3, 2}, DType::f32, &d), {0, 2});
                  EXPECT_EQ(y.shape(), (Shape{3}));
