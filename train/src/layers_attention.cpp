@@ -89,14 +89,17 @@ Variable MultiheadAttention::forward(const Variable& query, const Variable& key,
   if (attn_mask.defined() && is_causal) throw fail("give attn_mask or is_causal, not both");
 
   const double p = training_ ? dropout_ : 0.0;
-  if (self_attention && !attn_mask.defined()) {
-    // One projection and one copy of its heads, the gradient likewise (packed attention).
-    const Variable y = scaled_dot_product_attention_packed(
-        packed_heads(project(q0, in_proj_weight, in_proj_bias), h_), p, is_causal, std::nullopt,
-        dropout_seed(stream_));
+  // The heads' outputs [B, H, L, Ev] through out_proj, in the caller's layout.
+  auto finish = [&](const Variable& y) {
     Variable out = (*out_proj)(merge_heads(y));
     if (rank == 2) return squeeze(out, 0);
     return batch_first_ ? out : transpose(out, 0, 1);
+  };
+  if (self_attention && !attn_mask.defined()) {
+    // One projection and one copy of its heads, the gradient likewise (packed attention).
+    return finish(scaled_dot_product_attention_packed(
+        packed_heads(project(q0, in_proj_weight, in_proj_bias), h_), p, is_causal, std::nullopt,
+        dropout_seed(stream_)));
   }
   Variable q, k, v;
   if (self_attention) {
@@ -143,9 +146,7 @@ Variable MultiheadAttention::forward(const Variable& query, const Variable& key,
     if (p > 0) probs = train::dropout(probs, static_cast<float>(p), dropout_seed(stream_));
     y = matmul(probs, v);
   }
-  Variable out = (*out_proj)(merge_heads(y));
-  if (rank == 2) return squeeze(out, 0);
-  return batch_first_ ? out : transpose(out, 0, 1);
+  return finish(y);
 }
 
 CausalSelfAttention::CausalSelfAttention(std::int64_t n_embd, std::int64_t n_head, double dropout,

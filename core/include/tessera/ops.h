@@ -269,8 +269,9 @@ Tensor sum_squares(const Tensor& x);
 // The total p-norm of |tensors| taken together, as the norm that
 // torch.nn.utils.clip_grad_norm_(tensors, max_norm, norm_type=p) computes: the norm of the
 // vector of every tensor's norm, shape [], on the device of the first tensor. p = 2 only (one
-// sum_squares per tensor into one vector, its sum, then the square root); other p throw InvalidArgument, as does
-// an empty list (torch returns 0.0 for it: here there is no device to put it on).
+// sum_squares per tensor into one vector, its sum, then the square root); other p throw
+// InvalidArgument, as does an empty list (torch returns 0.0 for it: here there is no device to
+// put it on).
 Tensor total_norm(std::span<const Tensor> tensors, double p = 2);
 // AdamW's step as torch.optim.AdamW: param *= 1 - lr * weight_decay, then the Adam step without
 // L2 decay in the gradient (attrs as adam_update_).
