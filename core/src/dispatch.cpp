@@ -111,11 +111,7 @@ bool Dispatcher::run_widened(Device& device, const OpCall& call) {
   for (int i = 0; i < call.num_outputs; ++i) {
     const auto k = static_cast<std::size_t>(i);
     if (!is_16bit(call.out(i))) continue;
-    OpCall c;
-    c.op = OpId::cast;
-    c.num_inputs = 1;
-    c.num_outputs = 1;
-    c.inputs[0] = wide.outputs[k];
+    OpCall c = make_call(OpId::cast, {wide.outputs[k]});
     c.outputs[0] = call.outputs[k];
     run_op(c);
   }

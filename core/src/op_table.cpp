@@ -341,6 +341,20 @@ const OpDef& op_def(OpId op) {
   return kOps[static_cast<int>(op)];
 }
 
+OpCall make_call(OpId op, std::initializer_list<Tensor> inputs, OpAttrs attrs) {
+  if (inputs.size() > static_cast<std::size_t>(kMaxOpInputs))
+    throw InvalidArgument(fmt::format("{}: {} inputs, more than a call holds ({})", op_name(op),
+                                      inputs.size(), kMaxOpInputs));
+  OpCall call;
+  call.op = op;
+  call.num_inputs = static_cast<int>(inputs.size());
+  call.num_outputs = op_def(op).num_outputs;
+  int i = 0;
+  for (const Tensor& t : inputs) call.inputs[static_cast<std::size_t>(i++)] = t;
+  call.attrs = std::move(attrs);
+  return call;
+}
+
 std::span<const OpDef> op_defs() {
   return kOps;
 }

@@ -23,17 +23,6 @@ AttentionAttrs attention_attrs(double dropout_p, bool is_causal, std::optional<d
   return a;
 }
 
-OpCall attention_call(OpId op, std::initializer_list<Tensor> inputs, const AttentionAttrs& attrs) {
-  OpCall call;
-  call.op = op;
-  call.num_inputs = static_cast<int>(inputs.size());
-  call.num_outputs = op_def(op).num_outputs;
-  int i = 0;
-  for (const Tensor& t : inputs) call.inputs[static_cast<std::size_t>(i++)] = t;
-  call.attrs = attrs;
-  return call;
-}
-
 // |s| with |tail| in place of its last |drop| dims.
 Shape reshaped(const Shape& s, int drop, std::initializer_list<std::int64_t> tail) {
   Shape r;
@@ -48,7 +37,7 @@ std::pair<Tensor, Tensor> scaled_dot_product_attention_forward(const Tensor& que
                                                                const Tensor& key,
                                                                const Tensor& value,
                                                                const AttentionAttrs& attrs) {
-  OpCall call = attention_call(OpId::scaled_dot_product_attention, {query, key, value}, attrs);
+  OpCall call = make_call(OpId::scaled_dot_product_attention, {query, key, value}, attrs);
   run_op(call);
   return {call.outputs[0], call.outputs[1]};
 }
@@ -57,8 +46,8 @@ AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, con
                                                      const Tensor& key, const Tensor& value,
                                                      const Tensor& out, const Tensor& lse,
                                                      const AttentionAttrs& attrs) {
-  OpCall call = attention_call(OpId::scaled_dot_product_attention_backward,
-                               {grad_out, query, key, value, out, lse}, attrs);
+  OpCall call = make_call(OpId::scaled_dot_product_attention_backward,
+                          {grad_out, query, key, value, out, lse}, attrs);
   run_op(call);
   return {call.outputs[0], call.outputs[1], call.outputs[2]};
 }
@@ -83,8 +72,8 @@ AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, con
                                            outs[i]->shape().str(), outs[i]->device().id())
                              : std::string("an undefined tensor")));
   }
-  OpCall call = attention_call(OpId::scaled_dot_product_attention_backward,
-                               {grad_out, query, key, value, out, lse}, attrs);
+  OpCall call = make_call(OpId::scaled_dot_product_attention_backward,
+                          {grad_out, query, key, value, out, lse}, attrs);
   call.outputs[0] = into.query;
   call.outputs[1] = into.key;
   call.outputs[2] = into.value;
@@ -106,7 +95,7 @@ Tensor scaled_dot_product_attention_math(const Tensor& query, const Tensor& key,
   const AttentionAttrs attrs = attention_attrs(dropout_p, is_causal, scale, seed);
   {
     // The fused op's shape rule checks the arguments, so both forms fail alike.
-    OpCall call = attention_call(OpId::scaled_dot_product_attention, {query, key, value}, attrs);
+    OpCall call = make_call(OpId::scaled_dot_product_attention, {query, key, value}, attrs);
     std::array<TensorSpec, 2> specs{};
     op_def(call.op).infer(call, specs);
   }

@@ -10,17 +10,10 @@ namespace {
 
 Tensor run_nn(OpId op, std::initializer_list<Tensor> inputs, OpAttrs attrs,
               const Shape* out_shape = nullptr) {
-  OpCall call;
-  call.op = op;
-  call.num_inputs = static_cast<int>(inputs.size());
-  call.num_outputs = 1;
-  int i = 0;
-  for (const Tensor& t : inputs) {
-    if (!t.defined())
+  OpCall call = make_call(op, inputs, std::move(attrs));
+  for (int i = 0; i < call.num_inputs; ++i)
+    if (!call.in(i).defined())
       throw InvalidArgument(fmt::format("{}: input {} is undefined", op_name(op), i));
-    call.inputs[static_cast<std::size_t>(i++)] = t;
-  }
-  call.attrs = attrs;
   if (out_shape) {
     const Tensor& first = *inputs.begin();
     call.outputs[0] = Tensor::empty(*out_shape, first.dtype(), &first.device());

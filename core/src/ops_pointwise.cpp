@@ -8,13 +8,7 @@ namespace tessera {
 namespace {
 
 Tensor run(OpId op, std::initializer_list<Tensor> inputs, OpAttrs attrs = NoAttrs{}) {
-  OpCall call;
-  call.op = op;
-  call.num_inputs = static_cast<int>(inputs.size());
-  call.num_outputs = 1;
-  int i = 0;
-  for (const Tensor& t : inputs) call.inputs[static_cast<std::size_t>(i++)] = t;
-  call.attrs = attrs;
+  OpCall call = make_call(op, inputs, std::move(attrs));
   run_op(call);
   return call.outputs[0];
 }

@@ -9,17 +9,6 @@
 namespace tessera {
 namespace {
 
-OpCall make_call(OpId op, std::initializer_list<Tensor> inputs, OpAttrs attrs) {
-  OpCall call;
-  call.op = op;
-  call.num_inputs = static_cast<int>(inputs.size());
-  call.num_outputs = op_def(op).num_outputs;
-  int i = 0;
-  for (const Tensor& t : inputs) call.inputs[static_cast<std::size_t>(i++)] = t;
-  call.attrs = attrs;
-  return call;
-}
-
 Tensor run1(OpId op, std::initializer_list<Tensor> inputs, OpAttrs attrs) {
   OpCall call = make_call(op, inputs, attrs);
   run_op(call);

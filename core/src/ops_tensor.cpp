@@ -15,18 +15,11 @@ namespace {
 // Runs |op| with |inputs| into the given |out| (allocated by the caller).
 void run_into(OpId op, std::initializer_list<Tensor> inputs, const Tensor& out,
               OpAttrs attrs = NoAttrs{}) {
-  OpCall call;
-  call.op = op;
-  call.num_inputs = static_cast<int>(inputs.size());
-  call.num_outputs = 1;
-  int i = 0;
-  for (const Tensor& t : inputs) {
-    if (!t.defined())
+  OpCall call = make_call(op, inputs, std::move(attrs));
+  for (int i = 0; i < call.num_inputs; ++i)
+    if (!call.in(i).defined())
       throw InvalidArgument(fmt::format("{}: input {} is undefined", op_name(op), i));
-    call.inputs[static_cast<std::size_t>(i++)] = t;
-  }
   call.outputs[0] = out;
-  call.attrs = attrs;
   run_op(call);
 }
 

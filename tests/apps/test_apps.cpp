@@ -574,10 +574,8 @@ TEST(GpuPlugins, ABufferOverTheLargestTheDeviceBindsIsALimitNotALackOfMemory) {
   int limited = 0;
   for (tessera::Device* d : tessera::devices()) {
     if (d->plugin_name() != "vulkan" && d->plugin_name() != "opencl") continue;
-    tessera::OpCall call;
-    call.op = tessera::OpId::relu;
-    call.num_inputs = call.num_outputs = 1;
-    call.inputs[0] = call.outputs[0] = big;
+    tessera::OpCall call = tessera::make_call(tessera::OpId::relu, {big});
+    call.outputs[0] = big;
     try {
       (void)tessera::Tensor::empty({kElements}, tessera::DType::f32, d);
       EXPECT_TRUE(d->supports(call)) << d->id() << " holds the tensor but declines the call";

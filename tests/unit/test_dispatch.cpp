@@ -20,11 +20,7 @@ namespace {
 
 // A relu call on |dev| with a fresh input [2,3] and an allocated output.
 OpCall relu_call(Device& dev, std::vector<float> values = {-1, 2, -3, 4, -5, 6}) {
-  OpCall call;
-  call.op = OpId::relu;
-  call.num_inputs = 1;
-  call.num_outputs = 1;
-  call.inputs[0] = Tensor::from(values, {2, 3}, &dev);
+  OpCall call = make_call(OpId::relu, {Tensor::from(values, {2, 3}, &dev)});
   call.outputs[0] = Tensor::empty({2, 3}, DType::f32, &dev);
   return call;
 }
@@ -165,12 +161,9 @@ TEST(Dispatch, A16BitCallThatTheKernelTakesInF32RunsOnItsDeviceBeforeTheChain) {
   Dispatcher d;
   d.set_chain({&cpu});
 
-  OpCall call;
-  call.op = OpId::add;
-  call.num_inputs = 2;
-  call.num_outputs = 1;
-  call.inputs[0] = f16_tensor({0.5f, -1.25f, 2, 3.5f, -4, 1024}, {2, 3}, gpu);
-  call.inputs[1] = f16_tensor({0.25f, 1, 1.5f}, {1, 3}, gpu).expand(Shape{2, 3});
+  OpCall call =
+      make_call(OpId::add, {f16_tensor({0.5f, -1.25f, 2, 3.5f, -4, 1024}, {2, 3}, gpu),
+                            f16_tensor({0.25f, 1, 1.5f}, {1, 3}, gpu).expand(Shape{2, 3})});
   call.outputs[0] = Tensor::empty({2, 3}, DType::f16, &gpu);
   d.run(gpu, call);
 
@@ -243,16 +236,11 @@ TEST(Dispatch, InPlaceOpsCarryTheirStateToTheFallbackDeviceAndBack) {
   }));
   Dispatcher d;
   d.set_chain({&cpu});
-  OpCall call;
-  call.op = OpId::sgd_update;
-  call.num_inputs = 1;
-  call.num_outputs = 2;
-  call.inputs[0] = Tensor::from(std::vector<float>{1, 2}, {2}, &gpu);
-  call.outputs[0] = Tensor::from(std::vector<float>{10, 20}, {2}, &gpu);
-  call.outputs[1] = Tensor::from(std::vector<float>{0, 0}, {2}, &gpu);
   SgdAttrs a;
   a.lr = 0.5f;
-  call.attrs = a;
+  OpCall call = make_call(OpId::sgd_update, {Tensor::from(std::vector<float>{1, 2}, {2}, &gpu)}, a);
+  call.outputs[0] = Tensor::from(std::vector<float>{10, 20}, {2}, &gpu);
+  call.outputs[1] = Tensor::from(std::vector<float>{0, 0}, {2}, &gpu);
   ::testing::internal::CaptureStderr();
   d.run(gpu, call);
   ::testing::internal::GetCapturedStderr();

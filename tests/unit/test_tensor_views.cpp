@@ -159,11 +159,8 @@ TEST(TensorViews, AStridedOutputSurvivesTheFallbackRoundTrip) {
   Dispatcher d;
   d.set_chain({&cpu});
   const Tensor base = iota(gpu, {3, 5});
-  OpCall call;
-  call.op = OpId::copy_into;
-  call.num_inputs = 1;
-  call.num_outputs = 1;
-  call.inputs[0] = Tensor::from(std::vector<float>{-1, -2, -3, -4}, {2, 2}, &gpu);
+  OpCall call =
+      make_call(OpId::copy_into, {Tensor::from(std::vector<float>{-1, -2, -3, -4}, {2, 2}, &gpu)});
   call.outputs[0] = base.narrow(0, 1, 2).slice(1, 1, 5, 2);  // rows 1-2, columns 1 and 3
   ::testing::internal::CaptureStderr();
   d.run(gpu, call);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <span>
@@ -403,6 +404,11 @@ struct OpCall {
   // "f32, [64,32,26,26]": the first input's (or output's) dtype and shape, for messages.
   std::string describe() const;
 };
+
+// A call of |op| on |inputs| with |attrs|, with as many outputs as the op's definition has, all
+// undefined: run_op (ops.h) allocates them unless the caller sets them first. Throws
+// InvalidArgument for more than kMaxOpInputs inputs.
+OpCall make_call(OpId op, std::initializer_list<Tensor> inputs, OpAttrs attrs = NoAttrs{});
 
 // Shape and dtype of one output, computed by an op's shape rule.
 struct TensorSpec {
