@@ -104,6 +104,26 @@ TEST(Dispatch, FallbackRunsOnTheChainCopiesBackCountsAndWarnsOnce) {
   EXPECT_EQ(routes[0].bytes, 3u * (24 + 24));  // input there, output back
 }
 
+// An output that is one slice of a larger tensor (as the packed attention's backward writes dq,
+// dk and dv into the slices of one gradient) comes back from the fallback device into that
+// slice alone.
+TEST(Dispatch, FallbackWritesAnOutputSliceAndLeavesTheRestOfItsTensor) {
+  MockDevice gpu("vulkan", 0), cpu("cpu", 0);
+  EXPECT_CALL(cpu.add(OpId::relu), launch(_, _)).WillOnce(Invoke(host_relu));
+  Dispatcher d;
+  d.set_chain({&cpu});
+  const Tensor whole = Tensor::from(std::vector<float>(18, 7.0f), {3, 2, 3}, &gpu);
+  OpCall call = relu_call(gpu, {1, -1, 2, -2, 3, -3});
+  call.outputs[0] = whole.select(0, 1);
+  ::testing::internal::CaptureStderr();
+  d.run(gpu, call);
+  (void)::testing::internal::GetCapturedStderr();
+  std::vector<float> want(18, 7.0f);
+  const std::vector<float> relu = {1, 0, 2, 0, 3, 0};
+  std::copy(relu.begin(), relu.end(), want.begin() + 6);
+  EXPECT_EQ(whole.to_vector<float>(), want);
+}
+
 namespace {
 
 // Element (i, j) of a rank-2 view over host memory, through its strides.
