@@ -42,14 +42,28 @@ std::pair<Tensor, Tensor> scaled_dot_product_attention_forward(const Tensor& que
   return {call.outputs[0], call.outputs[1]};
 }
 
+namespace {
+
+// The backward op, its gradients written into |into|'s tensors (run_op allocates undefined ones).
+AttentionGrads run_backward(const Tensor& grad_out, const Tensor& query, const Tensor& key,
+                            const Tensor& value, const Tensor& out, const Tensor& lse,
+                            const AttentionAttrs& attrs, const AttentionGrads& into) {
+  OpCall call = make_call(OpId::scaled_dot_product_attention_backward,
+                          {grad_out, query, key, value, out, lse}, attrs);
+  call.outputs[0] = into.query;
+  call.outputs[1] = into.key;
+  call.outputs[2] = into.value;
+  run_op(call);
+  return {call.outputs[0], call.outputs[1], call.outputs[2]};
+}
+
+}  // namespace
+
 AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, const Tensor& query,
                                                      const Tensor& key, const Tensor& value,
                                                      const Tensor& out, const Tensor& lse,
                                                      const AttentionAttrs& attrs) {
-  OpCall call = make_call(OpId::scaled_dot_product_attention_backward,
-                          {grad_out, query, key, value, out, lse}, attrs);
-  run_op(call);
-  return {call.outputs[0], call.outputs[1], call.outputs[2]};
+  return run_backward(grad_out, query, key, value, out, lse, attrs, {});
 }
 
 AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, const Tensor& query,
@@ -72,13 +86,7 @@ AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, con
                                            outs[i]->shape().str(), outs[i]->device().id())
                              : std::string("an undefined tensor")));
   }
-  OpCall call = make_call(OpId::scaled_dot_product_attention_backward,
-                          {grad_out, query, key, value, out, lse}, attrs);
-  call.outputs[0] = into.query;
-  call.outputs[1] = into.key;
-  call.outputs[2] = into.value;
-  run_op(call);
-  return into;
+  return run_backward(grad_out, query, key, value, out, lse, attrs, into);
 }
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,

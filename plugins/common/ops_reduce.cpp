@@ -68,21 +68,14 @@ std::pair<std::int64_t, std::int64_t> ln_rows(const Shape& s, int axis) {
 constexpr std::int64_t kNormRows = kGroup / 32;
 constexpr std::int64_t kNormCols = 32;
 
-// layer_norm.tk's V1: 1 where the rows are read 4 floats at once (cols and every offset of
-// |tensors| multiples of 4).
-std::int32_t norm_f4(std::int64_t cols, std::initializer_list<const Tensor*> tensors) {
-  if (cols % 4 != 0) return 0;
-  for (const Tensor* t : tensors)
-    if (t->offset() % 4 != 0) return 0;
-  return 1;
-}
-
 void layer_norm(const OpCall& call, Launcher& l) {
   const auto& at = call.attr<LayerNormAttrs>();
   const auto [rows, cols] = ln_rows(call.in(0).shape(), at.axis);
   if (rows == 0) return;
-  const std::int32_t f4 = norm_f4(cols, {&call.in(0), &call.in(1), &call.in(2), &call.out(0)});
-  Launch(l, "layer_norm", {0, f4})
+  // V1: the rows read 4 floats at once.
+  const bool f4 = multiples_of_4(
+      {cols, call.in(0).offset(), call.in(1).offset(), call.in(2).offset(), call.out(0).offset()});
+  Launch(l, "layer_norm", {0, f4 ? 1 : 0})
       .in(call.in(0))
       .in(call.in(1))
       .in(call.in(2))
@@ -106,8 +99,9 @@ void layer_norm_backward(const OpCall& call, Launcher& l) {
   const Tensor &g = call.in(0), &x = call.in(1), &w = call.in(2), &mean = call.in(3),
                &rstd = call.in(4);
   const std::int64_t chunks = (cols + kNormCols - 1) / kNormCols;
+  const bool f4 = multiples_of_4({cols, g.offset(), x.offset(), w.offset(), call.out(0).offset()});
   if (rows > 0)
-    Launch(l, "layer_norm", {1, norm_f4(cols, {&g, &x, &w, &call.out(0)})})
+    Launch(l, "layer_norm", {1, f4 ? 1 : 0})
         .in(g)
         .in(x)
         .in(w)
@@ -300,21 +294,9 @@ void sum_of_squares(Launcher& l, const Tensor& a, const Tensor& b, bool diff, fl
                     const Tensor& out) {
   const std::int64_t n = a.numel();
   const std::int64_t groups = (n + kSumChunk - 1) / kSumChunk;
-  if (groups == 1) {
-    Launch(l, "sum_squares", {0, diff ? 1 : 0})
-        .in(a)
-        .in(b)
-        .out(out)
-        .i(n)
-        .i(kSumChunk)
-        .f(scale)
-        .shared(kGroup)
-        .group(kGroup)
-        .groups(1);
-    return;
-  }
+  const bool one = groups == 1;  // the first stage's one partial is the scaled total
   const Tensor partial =
-      Tensor::empty({std::max<std::int64_t>(groups, 1)}, DType::f32, &l.device());
+      one ? out : Tensor::empty({std::max<std::int64_t>(groups, 1)}, DType::f32, &l.device());
   if (groups > 0)
     Launch(l, "sum_squares", {0, diff ? 1 : 0})
         .in(a)
@@ -322,10 +304,11 @@ void sum_of_squares(Launcher& l, const Tensor& a, const Tensor& b, bool diff, fl
         .out(partial)
         .i(n)
         .i(kSumChunk)
-        .f(1.0f)
+        .f(one ? scale : 1.0f)
         .shared(kGroup)
         .group(kGroup)
         .groups(groups);
+  if (one) return;
   Launch(l, "sum_squares", {1})
       .in(partial)
       .out(out)
