@@ -1097,6 +1097,8 @@ int main(int argc, char** argv) {
       throw po::error(fmt::format("--op-size: '{}' is not full or tiny", op_size));
     if (fit.epochs < 1) throw po::error("--epochs must be at least 1");
     for (const std::string& t : gemm_shape_texts) gemm_shapes.push_back(parse_gemm_shape(t));
+    for (const std::int64_t n : sizes)
+      if (n < 1 || n > 32768) throw po::error(fmt::format("--sizes: {} is not from 1 to 32768", n));
     if (fit.max_steps < 0) throw po::error("--max-steps must be 0 (the size's) or more");
     try {
       fit.size = &bench::model_size(model_size);
@@ -1120,13 +1122,7 @@ int main(int argc, char** argv) {
   }
   if (sizes.empty()) sizes = {512, 1024, 2048};
   if (gemm_shapes.empty())
-    for (const std::int64_t n : sizes) {
-      if (n < 1 || n > 32768) {
-        std::cerr << "tessera-bench: --sizes: " << n << " is not from 1 to 32768\n";
-        return 2;
-      }
-      gemm_shapes.push_back({n, n, n});
-    }
+    for (const std::int64_t n : sizes) gemm_shapes.push_back({n, n, n});
   try {
     std::vector<Device*> targets;
     if (device_list == "all") {
