@@ -156,20 +156,25 @@ GemmTiles gemm_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, st
 
 namespace {
 
-// The Vulkan plugin's f16 GEMM on matrix units (its shaders/gemm_coopmat.comp: 128 x 128 tiles,
-// 16-byte loads and stores), where the device has them and the operands fit its loads: every
+// The Vulkan plugin's f16 and bf16 GEMMs on matrix units (its shaders/gemm_coopmat.comp: 128 x
+// 128 tiles, 16-byte loads and stores; bf16 through the same kernel's SPIR-V rewritten for
+// VK_KHR_cooperative_matrix), where the device has them and the operands fit its loads: every
 // row (and each binding's offset, and every matrix stride) a multiple of 8 halves. No bias. A
 // grid smaller than the compute units with K >= 2048 (a weight gradient) splits K as gemm()
 // does, where M and N are whole tiles: f32 parts, added up, then rounded into c.
 bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
                bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const BatchDims& g) {
-  if (!l.traits().coop_f16 || a.dtype() != DType::f16 || k == 0) return false;
+  const bool bf16 = a.dtype() == DType::bf16;
+  if (k == 0 || !(bf16 ? l.traits().coop_bf16 : l.traits().coop_f16 && a.dtype() == DType::f16))
+    return false;
   bool fits =
       multiples_of(8, {trans_a ? m : k, trans_b ? k : n, n, a.offset(), b.offset(), c.offset()});
   for (int d = 0; d < g.rank; ++d) fits = fits && g.stride_a[d] % 8 == 0 && g.stride_b[d] % 8 == 0;
   if (!fits) return false;
-  // The kernel's output tile (its WARPS_M * FM * 16 x WARPS_N * FN * 8) and K slice.
+  // The kernel's output tile (its WARPS_M * FM * 16 x WARPS_N * FN * FW), K slice and
+  // invocations (32 * WARPS_M * WARPS_N).
   constexpr std::int64_t kTileM = 128, kTileN = 128, kSlice = 32;
+  constexpr int kThreads = 256;
   const std::int64_t across = (n + kTileN - 1) / kTileN,
                      tiles = across * ((m + kTileM - 1) / kTileM);
   KParts split{k, 1};
@@ -180,12 +185,12 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, b
   const std::int64_t count = g.count * m * n;
   const Tensor partial =
       split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();
-  Launch launch(l, "gemm_coopmat",
+  Launch launch(l, bf16 ? "gemm_coopmat_bf16" : "gemm_coopmat",
                 {(trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0) |
                  (split.parts > 1 ? kFlagCoopSplit : 0)});
   launch.in(a).in(b).out(split.parts > 1 ? partial : c);
   gemm_words(launch, m, n, k, across, tiles, g);
-  launch.i(split.per).group(256).groups(split.parts * g.count * tiles);
+  launch.i(split.per).group(kThreads).groups(split.parts * g.count * tiles);
   if (split.parts > 1) {
     const Tensor sums = Tensor::empty(c.shape(), DType::f32, &l.device());
     sum_lines(l, partial, sums, 1, split.parts, count, 1.0f);

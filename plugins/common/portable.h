@@ -44,8 +44,11 @@ struct GpuTraits {
   // without it, no call with an f16 or bf16 tensor runs (PortableKernel::supports).
   bool storage16 = true;
   // The Vulkan plugin's f16 GEMM on matrix units runs here (its shaders/gemm_coopmat.comp:
-  // VK_NV_cooperative_matrix, 16 x 8 x 16 f16 products, subgroups of 32).
+  // VK_NV_cooperative_matrix, 16 x 16 x 16 f16 products, subgroups of 32).
   bool coop_f16 = false;
+  // And its bf16 form (the same kernel's SPIR-V rewritten for VK_KHR_cooperative_matrix with
+  // bf16 fragments: the plugin's spirv_bf16.h), launched as "gemm_coopmat_bf16".
+  bool coop_bf16 = false;
   // The GEMM's largest tiles (128 x 128) stage K through one shared buffer instead of two: the
   // device's compiler gives the two-buffer kernel registers enough that fewer work-groups share
   // a compute unit (NVIDIA's Vulkan compiler: 157 registers against 116, so one 256-invocation

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "../common/limits.h"
+#include "spirv_bf16.h"
+#include "tessera/embedded.h"
 #include "tessera/log.h"
 #include "vulkan.h"
 
@@ -101,7 +103,7 @@ std::uint32_t pick_staging(const VkPhysicalDeviceMemoryProperties& mp) {
   return static_cast<std::uint32_t>(best);
 }
 
-// Whether VK_NV_cooperative_matrix offers the shape shaders/gemm_coopmat.comp uses: 16 x 8 x 16,
+// Whether VK_NV_cooperative_matrix offers the shape shaders/gemm_coopmat.comp uses: 16 x 16 x 16,
 // A and B f16, C and D f32, per subgroup.
 bool has_coop_shape(VkInstance instance, VkPhysicalDevice physical) {
   const auto props = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
@@ -113,11 +115,79 @@ bool has_coop_shape(VkInstance instance, VkPhysicalDevice physical) {
       n, VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
   if (props(physical, &n, shapes.data()) != VK_SUCCESS) return false;
   for (const auto& s : shapes)
-    if (s.MSize == 16 && s.NSize == 8 && s.KSize == 16 && s.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
-        s.BType == VK_COMPONENT_TYPE_FLOAT16_NV && s.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
-        s.DType == VK_COMPONENT_TYPE_FLOAT32_NV && s.scope == VK_SCOPE_SUBGROUP_NV)
+    if (s.MSize == 16 && s.NSize == 16 && s.KSize == 16 &&
+        s.AType == VK_COMPONENT_TYPE_FLOAT16_NV && s.BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+        s.CType == VK_COMPONENT_TYPE_FLOAT32_NV && s.DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+        s.scope == VK_SCOPE_SUBGROUP_NV)
       return true;
   return false;
+}
+
+// VK_KHR_cooperative_matrix and VK_KHR_shader_bfloat16, which Debian 12's Vulkan headers
+// (1.3.239) predate: their structures and values as the Vulkan registry defines them.
+constexpr auto kCoopFeaturesKHR = static_cast<VkStructureType>(1000506000);
+constexpr auto kCoopPropertiesKHR = static_cast<VkStructureType>(1000506001);
+constexpr auto kBFloat16FeaturesKHR = static_cast<VkStructureType>(1000141000);
+constexpr std::uint32_t kComponentFloat32 = 1, kComponentBFloat16 = 1000141000, kScopeSubgroup = 3;
+struct CoopFeaturesKHR {
+  VkStructureType sType = kCoopFeaturesKHR;
+  void* pNext = nullptr;
+  VkBool32 cooperativeMatrix = VK_FALSE;
+  VkBool32 cooperativeMatrixRobustBufferAccess = VK_FALSE;
+};
+struct CoopPropertiesKHR {
+  VkStructureType sType = kCoopPropertiesKHR;
+  void* pNext = nullptr;
+  std::uint32_t MSize = 0, NSize = 0, KSize = 0;
+  std::uint32_t AType = 0, BType = 0, CType = 0, ResultType = 0;
+  VkBool32 saturatingAccumulation = VK_FALSE;
+  std::uint32_t scope = 0;
+};
+struct BFloat16FeaturesKHR {
+  VkStructureType sType = kBFloat16FeaturesKHR;
+  void* pNext = nullptr;
+  VkBool32 shaderBFloat16Type = VK_FALSE;
+  VkBool32 shaderBFloat16DotProduct = VK_FALSE;
+  VkBool32 shaderBFloat16CooperativeMatrix = VK_FALSE;
+};
+using GetCoopPropertiesKHR = VkResult(VKAPI_PTR*)(VkPhysicalDevice, std::uint32_t*,
+                                                  CoopPropertiesKHR*);
+
+// Whether VK_KHR_cooperative_matrix offers the bf16 form of the same shape (spirv_bf16.h): 16 x
+// 16 x 16, A and B bf16, C and the result f32, per subgroup.
+bool has_bf16_coop_shape(VkInstance instance, VkPhysicalDevice physical) {
+  const auto props = reinterpret_cast<GetCoopPropertiesKHR>(
+      vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"));
+  if (!props) return false;
+  std::uint32_t n = 0;
+  if (props(physical, &n, nullptr) != VK_SUCCESS) return false;
+  std::vector<CoopPropertiesKHR> shapes(n);
+  if (props(physical, &n, shapes.data()) != VK_SUCCESS) return false;
+  for (const auto& s : shapes)
+    if (s.AType == kComponentBFloat16)
+      log().debug("VK_KHR_cooperative_matrix bf16 shape {} x {} x {}, C {} result {}, scope {}",
+                  s.MSize, s.NSize, s.KSize, s.CType, s.ResultType, s.scope);
+  for (const auto& s : shapes)
+    if (s.MSize == 16 && s.NSize == 16 && s.KSize == 16 && s.AType == kComponentBFloat16 &&
+        s.BType == kComponentBFloat16 && s.CType == kComponentFloat32 &&
+        s.ResultType == kComponentFloat32 && s.scope == kScopeSubgroup)
+      return true;
+  return false;
+}
+
+// Whether the f16 GEMM's SPIR-V rewrites for bf16 (it does for the kernel this plugin embeds;
+// the test suite checks the rewrite, and this keeps a refusal from reaching a user's matmul).
+bool bf16_kernel_rewrites() {
+  const auto f16 = embedded_file("gemm_coopmat.spv");
+  std::vector<std::uint32_t> words(f16.size() / 4);
+  std::memcpy(words.data(), f16.data(), words.size() * 4);
+  try {
+    coopmat_nv_to_khr(words, true);
+    return true;
+  } catch (const BackendError& e) {
+    log().debug("bf16 GEMMs take gemm.tk: {}", e.what());
+    return false;
+  }
 }
 
 }  // namespace
@@ -159,14 +229,38 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
   const bool coop_nv = has_extension(physical, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
   if (coop_nv) f11.pNext = &fcm;
+  CoopFeaturesKHR fck;
+  BFloat16FeaturesKHR fbf;
+  const bool bf16_khr = coop && has_extension(physical, "VK_KHR_shader_bfloat16");
+  if (bf16_khr) {
+    fck.pNext = f11.pNext;
+    fbf.pNext = &fck;
+    f11.pNext = &fbf;
+  }
   VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, &f12, {}};
   vkGetPhysicalDeviceFeatures2(physical, &f2);
   // Matrix units for f16 GEMMs (shaders/gemm_coopmat.comp): VK_NV_cooperative_matrix offering
-  // 16 x 8 x 16 products of f16 summed in f32 over a subgroup, with f16 arithmetic types and
-  // 16-bit storage. (The KHR extension needs a newer glslang than Debian 12's to compile for.)
+  // 16 x 16 x 16 products of f16 summed in f32 over a subgroup, with f16 arithmetic types and
+  // 16-bit storage. (Debian 12's glslang compiles the kernel for the NV extension alone.)
   coop_f16_ = coop_nv && fcm.cooperativeMatrix && f12.shaderFloat16 &&
               f11.storageBuffer16BitAccess && has_coop_shape(instance, physical);
   if (coop_f16_) exts.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  // bf16 GEMMs on the same matrix units: the f16 kernel's SPIR-V rewritten for
+  // VK_KHR_cooperative_matrix with bf16 fragments (spirv_bf16.h), where the device offers the
+  // same shape in bf16.
+  coop_bf16_ = coop_f16_ && bf16_khr && fck.cooperativeMatrix && fbf.shaderBFloat16Type &&
+               fbf.shaderBFloat16CooperativeMatrix && has_bf16_coop_shape(instance, physical) &&
+               bf16_kernel_rewrites();
+  if (bf16_khr)
+    log().debug(
+        "{}: bf16 matrix units: cooperativeMatrix {}, shaderBFloat16Type {}, "
+        "shaderBFloat16CooperativeMatrix {}: {}",
+        id_, fck.cooperativeMatrix, fbf.shaderBFloat16Type, fbf.shaderBFloat16CooperativeMatrix,
+        coop_bf16_ ? "used" : "not used");
+  if (coop_bf16_) {
+    exts.push_back("VK_KHR_cooperative_matrix");
+    exts.push_back("VK_KHR_shader_bfloat16");
+  }
 
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -197,6 +291,16 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   if (coop_f16_) {
     enable_cm.pNext = enable11.pNext;
     enable11.pNext = &enable_cm;
+  }
+  CoopFeaturesKHR enable_ck;
+  BFloat16FeaturesKHR enable_bf;
+  if (coop_bf16_) {
+    enable_ck.cooperativeMatrix = VK_TRUE;
+    enable_bf.shaderBFloat16Type = VK_TRUE;
+    enable_bf.shaderBFloat16CooperativeMatrix = VK_TRUE;
+    enable_ck.pNext = enable11.pNext;
+    enable_bf.pNext = &enable_ck;
+    enable11.pNext = &enable_bf;
   }
   enable12.pNext = &enable11;
   di.pNext = &enable12;
@@ -271,10 +375,12 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
       {"8-bit storage", f12.storageBuffer8BitAccess ? "yes" : "no (bool kernels can not run)"},
       {"16-bit storage", storage16_ ? "yes" : "no (f16 and bf16 can not run)"},
       {"cooperative matrix",
-       coop_f16_ ? "yes: f16 GEMMs on it (VK_NV_cooperative_matrix)"
-       : coop    ? "VK_KHR_cooperative_matrix only (unused: Debian 12's glslang can not "
-                   "compile for it)"
-                 : "no"},
+       coop_bf16_  ? "yes: f16 GEMMs on it (VK_NV_cooperative_matrix), bf16 GEMMs "
+                     "(VK_KHR_cooperative_matrix, VK_KHR_shader_bfloat16)"
+       : coop_f16_ ? "yes: f16 GEMMs on it (VK_NV_cooperative_matrix; no bf16 matrix units)"
+       : coop      ? "VK_KHR_cooperative_matrix only (unused: the GEMM is compiled for the NV "
+                     "extension)"
+                   : "no"},
   };
 
   device_pool_ = std::make_unique<MemoryPool>(*this, type, mp.memoryTypes[type].heapIndex, mapped);
@@ -293,6 +399,7 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   traits.compute_units = info_.compute_units;
   traits.storage16 = storage16_;
   traits.coop_f16 = coop_f16_ && sub.subgroupSize == 32;
+  traits.coop_bf16 = coop_bf16_ && sub.subgroupSize == 32;
   traits.gemm_one_buffer = props_.vendorID == 0x10de;
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);

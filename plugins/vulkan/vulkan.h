@@ -275,6 +275,7 @@ class VulkanDevice final : public Device {
   bool timeline_ = false;
   bool storage16_ = false;  // storageBuffer16BitAccess enabled
   bool coop_f16_ = false;   // VK_NV_cooperative_matrix enabled for f16 GEMMs
+  bool coop_bf16_ = false;  // and VK_KHR_cooperative_matrix with bf16 (spirv_bf16.h)
   std::uint32_t timestamp_bits_ = 0;
   bool exec_stats_ = false;
   VkDeviceSize max_buffer_ = 0;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -513,23 +514,22 @@ std::vector<Case> half_cases() {
     c.push_back(cast_round_trip(t));
     c.push_back(copies(t));
     // Every transpose pair in f16, two in bf16 (each pair is a kernel variant to compile on the
-    // GPUs; the dtype only changes the loads).
-    // "aligned" and "aligned_long_k" (rows of multiples of 8 halves) take the Vulkan plugin's
-    // matrix-unit GEMM where the device has one, with edge tiles.
+    // GPUs; the dtype only changes the loads), save the sizes of the matrix-unit GEMM: "aligned"
+    // and "aligned_long_k" (rows of multiples of 8 halves) take the Vulkan plugin's matrix-unit
+    // GEMM, f16 or bf16, where the device has one, with edge tiles, every pair in both dtypes.
     for (const GemmSize s : {GemmSize{"odd", 37, 53, 29}, GemmSize{"tiles", 130, 70, 64},
                              GemmSize{"long_k", 9, 7, 2100}, GemmSize{"aligned", 136, 264, 72},
                              GemmSize{"aligned_long_k", 24, 40, 2104}})
       for (bool ta : {false, true})
         for (bool tb : {false, true})
-          if (t == DType::f16 || ta == tb) c.push_back(matmul_case(t, s, ta, tb, false));
+          if (t == DType::f16 || ta == tb || std::string_view(s.name).starts_with("aligned"))
+            c.push_back(matmul_case(t, s, ta, tb, false));
     c.push_back(matmul_case(t, {"odd", 37, 53, 29}, false, true, true));
     c.push_back(matmul_case(t, {"long_k", 9, 7, 2100}, false, false, true));
     c.push_back(matmul_case(t, {"aligned", 136, 264, 72}, false, true, true));
     // Whole 128 x 128 tiles and a long K: the matrix-unit GEMM splits K (as a weight gradient).
-    if (t == DType::f16) {
-      c.push_back(matmul_case(t, {"split_k", 128, 128, 4096}, false, false, false));
-      c.push_back(matmul_case(t, {"split_k", 128, 128, 4096}, true, false, false));
-    }
+    c.push_back(matmul_case(t, {"split_k", 128, 128, 4096}, false, false, false));
+    c.push_back(matmul_case(t, {"split_k", 128, 128, 4096}, true, false, false));
     c.push_back(bmm_case(t));
     for (Widened& w : widened_ops()) c.push_back(widened_case(t, std::move(w)));
     for (HalfGrad& g : half_grad_ops()) c.push_back(half_grad_case(t, std::move(g)));

@@ -3,16 +3,20 @@
 // Vulkan plugin's own kernel for matmul and bmm of f16 tensors where the device has them
 // (../../common/ops_gemm.cpp launches it as "gemm_coopmat" with gemm.tk's parameter words).
 // Debian 12's glslang (11.13) compiles GL_NV_cooperative_matrix but not the KHR extension nor
-// bf16 types, so bf16 and devices without the NV extension take gemm.tk.
+// bf16 types: the bf16 kernel ("gemm_coopmat_bf16") is this module's SPIR-V with its f16
+// fragments retyped bf16 and its matrix instructions in their KHR form (../spirv_bf16.h). So
+// f16 appears here in the matrix types alone: operands move as raw 16-bit words, and the sums
+// are rounded by converting the f32 accumulators (to bf16 in the rewritten module). Devices
+// without the extensions take gemm.tk.
 //
 // A work-group computes a BM x BN tile of one output matrix: WARPS_M x WARPS_N subgroups of 32,
-// each FM x FN fragments of 16 x 8 (from 16 x 16 fragments of A and 16 x 8 of B: the m16n8k16
-// shape of NVIDIA's tensor cores). K goes in slices of 32 halves, two shared-memory buffers:
-// while the subgroups multiply one slice, each invocation holds its 16-byte chunks of the next
-// in registers. Shared tiles keep the layout
-// of the operand in memory (rows of K for A, of N for B; transposed operands' rows of M and K):
-// the fragments load transposed where needed (column-major), so the copy is always row by row,
-// 16 bytes at a time. Rows are padded by 16 bytes against bank conflicts.
+// each FM x FN fragments of 16 x FW (from 16 x 16 fragments of A and 16 x FW of B; FW 16: the
+// shape NVIDIA offers bf16 in, 8: its m16n8k16). K goes in slices of 32 halves, two shared
+// buffers: while the subgroups multiply one slice, each invocation holds its 16-byte chunks of
+// the next in registers. Shared tiles keep the layout of the operand in memory (rows of K for A,
+// of N for B; transposed operands' rows of M and K): the fragments load transposed where needed
+// (column-major), so the copy is always row by row, 16 bytes at a time. Rows are padded by 16
+// bytes against bank conflicts.
 // The host guarantees: every operand's rows (K, or M and N where transposed) and C's (N) are
 // multiples of 8 halves, and each binding's offset is too (16-byte loads and stores).
 // Bindings: 0 a, 1 b, 2 c [batch, M, N]. Words as gemm.tk's (MODE 0): P(0) M, P(1) N, P(2) K,
@@ -28,13 +32,16 @@
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
 
-// The subgroups' layout (CM_TILE_M x CM_TILE_N in ops_gemm.cpp must match): WARPS_M x WARPS_N
-// subgroups, each FM x FN fragments of 16 x 8.
+// The subgroups' layout (kTileM x kTileN and kThreads in ops_gemm.cpp must match): WARPS_M x
+// WARPS_N subgroups, each FM x FN fragments of 16 x FW.
 #ifndef WARPS_M
 #define WARPS_M 2
 #define WARPS_N 4
 #define FM 4
-#define FN 4
+#define FN 2
+#endif
+#ifndef FW  // fragment columns: 16 (16 x 16 x 16 products, the shape bf16 is offered in), or 8
+#define FW 16
 #endif
 #define THREADS (32 * WARPS_M * WARPS_N)
 layout(local_size_x = THREADS) in;
@@ -61,14 +68,16 @@ layout(binding = 2) writeonly restrict buffer CmCF { float v[]; } cm_cf;  // spl
 #define BK_HALVES 32
 #define BUFFERS 2
 #endif
-const int BM = WARPS_M * FM * 16, BN = WARPS_N * FN * 8, BK = BK_HALVES;
+const int BM = WARPS_M * FM * 16, BN = WARPS_N * FN * FW, BK = BK_HALVES;
 // Padded rows, in uvec4s (8 halves): [BM][BK] and [BN][BK] tiles have rows of BK + 8 halves,
 // [BK][BM] and [BK][BN] of BM + 8 and BN + 8.
 const int RK = (BK + 8) / 8, RM = (BM + 8) / 8, RN = (BN + 8) / 8;
 // uvec4s of one buffer's A tile and B tile (either layout), and of the output staging.
 const int TILE_A = max(BM * RK, BK * RM), TILE_B = max(BN * RK, BK * RN);
-const int STAGE = WARPS_M * WARPS_N * FM * 16 * (FN + 1);
-shared uvec4 sm[max(BUFFERS * (TILE_A + TILE_B), STAGE)];
+// The epilogue stages PER subgroups' outputs at a time (SUB uvec4s each) in the buffers' space.
+const int NSUB = WARPS_M * WARPS_N, SUB = FM * 16 * (FN * FW / 8 + 1);
+const int AREA = BUFFERS * (TILE_A + TILE_B), PER = min(NSUB, max(1, AREA / SUB));
+shared uvec4 sm[max(AREA, PER * SUB)];
 // 16-byte chunks of a slice per invocation: A's, B's.
 const int CHUNKS_A = BM * BK / 8 / THREADS, CHUNKS_B = BN * BK / 8 / THREADS;
 
@@ -111,11 +120,12 @@ void main() {
   }
   const int base_a = (pc.w[0] + oa) / 8, base_b = (pc.w[1] + ob) / 8;
 
-  const int sg = lid / 32;  // subgroup: rows (sg / WARPS_N) * FM * 16, columns ... * FN * 8
-  const int wm = (sg / WARPS_N) * FM * 16, wn = (sg % WARPS_N) * FN * 8;
-  fcoopmatNV<32, gl_ScopeSubgroup, 16, 8> acc[FM][FN];
+  const int sg = lid / 32;  // subgroup: rows (sg / WARPS_N) * FM * 16, columns ... * FN * FW
+  const int wm = (sg / WARPS_N) * FM * 16, wn = (sg % WARPS_N) * FN * FW;
+  fcoopmatNV<32, gl_ScopeSubgroup, 16, FW> acc[FM][FN];
   [[unroll]] for (int i = 0; i < FM; ++i)
-    [[unroll]] for (int j = 0; j < FN; ++j) acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 8>(0.0);
+    [[unroll]] for (int j = 0; j < FN; ++j)
+      acc[i][j] = fcoopmatNV<32, gl_ScopeSubgroup, 16, FW>(0.0);
 
   // This invocation's chunks of a slice at k0: A's, then B's.
   uvec4 pre[CHUNKS_A + CHUNKS_B];
@@ -144,12 +154,12 @@ void main() {
     const int ta = buf * (TILE_A + TILE_B), tb = ta + TILE_A;
     [[unroll]] for (int kk = 0; kk < BK; kk += 16) {
       // B's fragments of this step, then A's one at a time (fewer registers live).
-      fcoopmatNV<16, gl_ScopeSubgroup, 16, 8> fb[FN];
+      fcoopmatNV<16, gl_ScopeSubgroup, 16, FW> fb[FN];
       [[unroll]] for (int j = 0; j < FN; ++j) {
         if (TRANS_B)  // [BN][BK]: B's element (k, n) at n * RK + k
-          coopMatLoadNV(fb[j], sm, uint(tb + (wn + j * 8) * RK + kk / 8), uint(RK), true);
+          coopMatLoadNV(fb[j], sm, uint(tb + (wn + j * FW) * RK + kk / 8), uint(RK), true);
         else  // [BK][BN]
-          coopMatLoadNV(fb[j], sm, uint(tb + kk * RN + (wn + j * 8) / 8), uint(RN), false);
+          coopMatLoadNV(fb[j], sm, uint(tb + kk * RN + (wn + j * FW) / 8), uint(RN), false);
       }
       [[unroll]] for (int i = 0; i < FM; ++i) {
         fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa;
@@ -176,25 +186,34 @@ void main() {
     const int at = pc.w[2] + batch * M * N + (m0 + wm) * N + n0 + wn;
     [[unroll]] for (int i = 0; i < FM; ++i)
       [[unroll]] for (int j = 0; j < FN; ++j)
-        coopMatStoreNV(acc[i][j], cm_cf.v, uint(at + i * 16 * N + j * 8), uint(N), false);
+        coopMatStoreNV(acc[i][j], cm_cf.v, uint(at + i * 16 * N + j * FW), uint(N), false);
     return;
   }
-  // Rounded to f16 and staged through shared memory (each subgroup's FM * 16 x FN * 8 as rows
-  // of RS uvec4s), then stored 16 bytes at a time within C's edges.
-  const int RS = FN + 1;
-  const int stage = sg * FM * 16 * RS;
-  [[unroll]] for (int i = 0; i < FM; ++i)
-    [[unroll]] for (int j = 0; j < FN; ++j) {
-      fcoopmatNV<16, gl_ScopeSubgroup, 16, 8> h = fcoopmatNV<16, gl_ScopeSubgroup, 16, 8>(acc[i][j]);
-      coopMatStoreNV(h, sm, uint(stage + i * 16 * RS + j), uint(RS), false);
-    }
-  barrier();
+  // Rounded to the 16-bit type and staged through shared memory (each subgroup's FM * 16 x FN *
+  // FW as rows of RS uvec4s; PER subgroups a round), then stored 16 bytes at a time within C's
+  // edges.
+  const int RS = FN * FW / 8 + 1, CH = FN * FW / 8;  // a staged row's uvec4s; its 8-column chunks
+  const int stage = (sg % PER) * SUB;
   const int lane = lid % 32;
   const int base_c = (pc.w[2] + batch * M * N) / 8;
-  [[unroll]] for (int it = 0; it < FM * 16 * FN / 32; ++it) {
-    const int c = lane + it * 32;  // of the subgroup's FM * 16 rows x FN chunks
-    const int r = c / FN, col = c % FN;
-    const int m = m0 + wm + r, n = n0 + wn + col * 8;
-    if (m < M && n < N) cm_c.v[base_c + (m * N + n) / 8] = sm[stage + r * RS + col];
+  for (int round = 0; round < (NSUB + PER - 1) / PER; ++round) {
+    if (sg / PER == round) {
+      [[unroll]] for (int i = 0; i < FM; ++i)
+        [[unroll]] for (int j = 0; j < FN; ++j) {
+          fcoopmatNV<16, gl_ScopeSubgroup, 16, FW> h =
+              fcoopmatNV<16, gl_ScopeSubgroup, 16, FW>(acc[i][j]);
+          coopMatStoreNV(h, sm, uint(stage + i * 16 * RS + j * FW / 8), uint(RS), false);
+        }
+    }
+    barrier();
+    if (sg / PER == round) {
+      [[unroll]] for (int it = 0; it < FM * 16 * CH / 32; ++it) {
+        const int c = lane + it * 32;  // of the subgroup's FM * 16 rows x CH chunks
+        const int r = c / CH, col = c % CH;
+        const int m = m0 + wm + r, n = n0 + wn + col * 8;
+        if (m < M && n < N) cm_c.v[base_c + (m * N + n) / 8] = sm[stage + r * RS + col];
+      }
+    }
+    barrier();
   }
 }
