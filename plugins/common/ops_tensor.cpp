@@ -135,14 +135,19 @@ Support cast_supports(const OpCall& call) {
 
 void cast_into(Launcher& l, const Tensor& x, const Tensor& y) {
   const Geometry g = geometry(x.shape(), &x, 1);
-  Launch launch(l, "tensor_cast", {kind(x.dtype()), kind(y.dtype())});
+  // f32 to or from f16 or bf16 (autocast's casts), x contiguous and 4-aligned: 4 an invocation.
+  const int from = kind(x.dtype()), to = kind(y.dtype());
+  const bool four = ((from == 0 && to >= 4) || (from >= 4 && to == 0)) &&
+                    (g.shape.rank() == 0 || (g.shape.rank() == 1 && g.stride[0][0] == 1)) &&
+                    multiples_of_4({g.n, x.offset(), y.offset()});
+  Launch launch(l, "tensor_cast", {from, to, four ? 1 : 0});
   launch.in(x).out(y).i(g.n).i(g.shape.rank());
   for (int k = 0; k < 2; ++k)
     for (int d = 0; d < kMaxDims; ++d) {
       const Dims& v = k == 0 ? g.shape : g.stride[0];
       launch.i(d < v.rank() ? v[d] : 0);
     }
-  launch.run(g.n);
+  launch.run(four ? g.n / 4 : g.n);
 }
 
 namespace {

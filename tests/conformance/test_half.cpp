@@ -71,20 +71,38 @@ Vec edge_values(std::int64_t n) {
 }
 
 Case cast_from_f32(DType t) {
-  return {fmt::format("cast_f32_to_{}_bits", dtype_name(t)), OpId::cast, [t](Device& d) {
-            for (const Shape& s : {Shape{1}, Shape{3}, Shape{127}, Shape{1025}, Shape{0, 4}}) {
-              const Vec v = edge_values(s.numel());
-              const std::vector<std::uint16_t> got = bits(Tensor::from(v, s, &d).to(t));
-              ASSERT_EQ(got.size(), v.size());
-              for (std::size_t i = 0; i < v.size(); ++i) {
-                const std::uint16_t want = narrow(t, v[i]);
-                if (std::isnan(v[i]))  // any quiet NaN
-                  EXPECT_TRUE(std::isnan(widen(t, got[i]))) << "element " << i;
-                else
-                  ASSERT_EQ(got[i], want) << "element " << i << ": " << v[i];
-              }
+  return {
+      fmt::format("cast_f32_to_{}_bits", dtype_name(t)), OpId::cast, [t](Device& d) {
+        // Odd sizes, and contiguous multiples of 4 (the GPUs' 4-an-invocation path), whole and
+        // from offsets of 4 (that path) and 2 (the general one); each back to f32 exactly.
+        for (const Shape& s :
+             {Shape{1}, Shape{3}, Shape{127}, Shape{1025}, Shape{0, 4}, Shape{4}, Shape{1024}})
+          for (const std::int64_t from : {0, 2, 4}) {
+            if (from > 0 && s.numel() < 1024) continue;
+            const Vec all = edge_values(s.numel());
+            const Vec v(all.begin() + from, all.end());
+            const Tensor x = Tensor::from(all, s, &d);
+            const Tensor h = from > 0 ? x.narrow(0, from, s[0] - from).to(t) : x.to(t);
+            const std::vector<std::uint16_t> got = bits(h);
+            ASSERT_EQ(got.size(), v.size());
+            for (std::size_t i = 0; i < v.size(); ++i) {
+              const std::uint16_t want = narrow(t, v[i]);
+              if (std::isnan(v[i]))  // any quiet NaN
+                EXPECT_TRUE(std::isnan(widen(t, got[i]))) << "element " << i;
+              else
+                ASSERT_EQ(got[i], want) << "element " << i << ": " << v[i];
             }
-          }};
+            const Vec back =
+                (from == 2 ? h.narrow(0, 2, h.numel() - 2) : h).to(DType::f32).to_vector<float>();
+            for (std::size_t i = 0; i < back.size(); ++i) {
+              const float w = widen(t, got[i + (from == 2 ? 2 : 0)]);
+              if (std::isnan(w))
+                EXPECT_TRUE(std::isnan(back[i])) << "element " << i;
+              else
+                ASSERT_EQ(back[i], w) << "element " << i;
+            }
+          }
+      }};
 }
 
 Case cast_round_trip(DType t) {
