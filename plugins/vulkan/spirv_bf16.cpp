@@ -163,7 +163,8 @@ std::vector<std::uint32_t> coopmat_nv_to_khr(std::span<const std::uint32_t> in, 
   if (!uint32) refuse("no 32-bit unsigned integer type");
 
   // f16 may appear as a matrix's component type only: bf16 has no arithmetic of its own.
-  for (const Inst& i : bf16 ? insts : std::vector<Inst>{}) {
+  for (const Inst& i : insts) {
+    if (!bf16) break;
     if (i.op == kOpTypeFloat || i.op == kOpTypeCooperativeMatrixNV || i.op == kOpName ||
         i.op == kOpMemberName || i.op == kOpDecorate || i.op == kOpMemberDecorate)
       continue;
@@ -211,10 +212,11 @@ std::vector<std::uint32_t> coopmat_nv_to_khr(std::span<const std::uint32_t> in, 
     if (i.op == kOpPhi)
       for (std::size_t k = 2; k < i.w.size(); k += 2) join(i.w[1], i.w[k]);
   }
-  // Each class's use, from the products: A and B operands, C and the result accumulators.
+  // Each class's use, from the products (A and B operands, C and the result accumulators) and
+  // the conversions of sums (accumulators both).
   std::map<std::uint32_t, std::uint32_t> class_use;
   auto mark = [&](std::uint32_t id, std::uint32_t u) {
-    if (!type_of.contains(id)) refuse("a product's operand comes from an instruction not followed");
+    if (!type_of.contains(id)) refuse("a product's or conversion's operand is not followed");
     if (auto [it, fresh] = class_use.emplace(find(id), u); !fresh && it->second != u)
       refuse("one matrix value serves as two operands of products");
   };
@@ -271,7 +273,7 @@ std::vector<std::uint32_t> coopmat_nv_to_khr(std::span<const std::uint32_t> in, 
     const auto it = copy.find({u, type});
     return it == copy.end() ? type : it->second;
   };
-  // The copies of type |t| (declared by |i|) for the uses its matrix type does not keep.
+  // After the declaration |i|, its copies for the uses its matrix type does not keep.
   auto copies = [&](const Inst& i, std::vector<Inst>& into) {
     const auto b = base.find(i.w[0]);
     if (b == base.end()) return;
