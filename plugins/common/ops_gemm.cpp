@@ -161,7 +161,7 @@ namespace {
 // VK_KHR_cooperative_matrix), where the device has them and the operands fit its loads: every
 // row (and each binding's offset, and every matrix stride) a multiple of 8 halves. No bias. A
 // grid smaller than the compute units with K >= 2048 (a weight gradient) splits K as gemm()
-// does, where M and N are whole tiles: f32 parts, added up, then rounded into c.
+// does (one wave), where M and N are whole tiles: f32 parts, added up, then rounded into c.
 bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
                bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const BatchDims& g) {
   const bool bf16 = a.dtype() == DType::bf16;
@@ -179,9 +179,10 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, b
                      tiles = across * ((m + kTileM - 1) / kTileM);
   KParts split{k, 1};
   const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
+  // As many parts as make one wave of one work-group a compute unit (the kernel's registers let
+  // one run on an SM): a part more would start a second wave for a few of them.
   if (k >= 2048 && m % kTileM == 0 && n % kTileN == 0 && g.count * tiles < units)
-    split =
-        split_k(k, std::min((units + g.count * tiles - 1) / (g.count * tiles), k / 1024), kSlice);
+    split = split_k(k, std::min(units / (g.count * tiles), k / 1024), kSlice);
   const std::int64_t count = g.count * m * n;
   const Tensor partial =
       split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();
