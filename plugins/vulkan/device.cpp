@@ -103,18 +103,28 @@ std::uint32_t pick_staging(const VkPhysicalDeviceMemoryProperties& mp) {
   return static_cast<std::uint32_t>(best);
 }
 
+// The matrix shapes a cooperative-matrix extension offers, through its |function|
+// (vkGetPhysicalDeviceCooperativeMatrixPropertiesNV or ...KHR), each filled into a copy of
+// |blank|: none where the driver lacks the function or fails.
+template <typename Shape>
+std::vector<Shape> coop_shapes(VkInstance instance, VkPhysicalDevice physical, const char* function,
+                               const Shape& blank) {
+  using Get = VkResult(VKAPI_PTR*)(VkPhysicalDevice, std::uint32_t*, Shape*);
+  const auto get = reinterpret_cast<Get>(vkGetInstanceProcAddr(instance, function));
+  std::uint32_t n = 0;
+  if (!get || get(physical, &n, nullptr) != VK_SUCCESS) return {};
+  std::vector<Shape> shapes(n, blank);
+  if (get(physical, &n, shapes.data()) != VK_SUCCESS) return {};
+  shapes.resize(n);
+  return shapes;
+}
+
 // Whether VK_NV_cooperative_matrix offers the shape shaders/gemm_coopmat.comp uses: 16 x 16 x 16,
 // A and B f16, C and D f32, per subgroup.
 bool has_coop_shape(VkInstance instance, VkPhysicalDevice physical) {
-  const auto props = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
-      vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
-  if (!props) return false;
-  std::uint32_t n = 0;
-  if (props(physical, &n, nullptr) != VK_SUCCESS) return false;
-  std::vector<VkCooperativeMatrixPropertiesNV> shapes(
-      n, VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
-  if (props(physical, &n, shapes.data()) != VK_SUCCESS) return false;
-  for (const auto& s : shapes)
+  for (const auto& s : coop_shapes(
+           instance, physical, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV",
+           VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV}))
     if (s.MSize == 16 && s.NSize == 16 && s.KSize == 16 &&
         s.AType == VK_COMPONENT_TYPE_FLOAT16_NV && s.BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
         s.CType == VK_COMPONENT_TYPE_FLOAT32_NV && s.DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
@@ -150,43 +160,37 @@ struct BFloat16FeaturesKHR {
   VkBool32 shaderBFloat16DotProduct = VK_FALSE;
   VkBool32 shaderBFloat16CooperativeMatrix = VK_FALSE;
 };
-using GetCoopPropertiesKHR = VkResult(VKAPI_PTR*)(VkPhysicalDevice, std::uint32_t*,
-                                                  CoopPropertiesKHR*);
 
 // Whether VK_KHR_cooperative_matrix offers the bf16 form of the same shape (spirv_bf16.h): 16 x
-// 16 x 16, A and B bf16, C and the result f32, per subgroup.
+// 16 x 16, A and B bf16, C and the result f32, per subgroup. Logs the bf16 shapes it offers.
 bool has_bf16_coop_shape(VkInstance instance, VkPhysicalDevice physical) {
-  const auto props = reinterpret_cast<GetCoopPropertiesKHR>(
-      vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"));
-  if (!props) return false;
-  std::uint32_t n = 0;
-  if (props(physical, &n, nullptr) != VK_SUCCESS) return false;
-  std::vector<CoopPropertiesKHR> shapes(n);
-  if (props(physical, &n, shapes.data()) != VK_SUCCESS) return false;
-  for (const auto& s : shapes)
-    if (s.AType == kComponentBFloat16)
-      log().debug("VK_KHR_cooperative_matrix bf16 shape {} x {} x {}, C {} result {}, scope {}",
-                  s.MSize, s.NSize, s.KSize, s.CType, s.ResultType, s.scope);
-  for (const auto& s : shapes)
-    if (s.MSize == 16 && s.NSize == 16 && s.KSize == 16 && s.AType == kComponentBFloat16 &&
-        s.BType == kComponentBFloat16 && s.CType == kComponentFloat32 &&
-        s.ResultType == kComponentFloat32 && s.scope == kScopeSubgroup)
-      return true;
-  return false;
+  bool found = false;
+  for (const auto& s :
+       coop_shapes(instance, physical, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR",
+                   CoopPropertiesKHR{})) {
+    if (s.AType != kComponentBFloat16) continue;
+    log().debug("VK_KHR_cooperative_matrix bf16 shape {} x {} x {}, C {} result {}, scope {}",
+                s.MSize, s.NSize, s.KSize, s.CType, s.ResultType, s.scope);
+    found = found || (s.MSize == 16 && s.NSize == 16 && s.KSize == 16 &&
+                      s.BType == kComponentBFloat16 && s.CType == kComponentFloat32 &&
+                      s.ResultType == kComponentFloat32 && s.scope == kScopeSubgroup);
+  }
+  return found;
 }
 
-// Whether the f16 GEMM's SPIR-V rewrites for bf16 (it does for the kernel this plugin embeds;
-// the test suite checks the rewrite, and this keeps a refusal from reaching a user's matmul).
-bool bf16_kernel_rewrites() {
+// The f16 GEMM's SPIR-V rewritten for bf16 (spirv_bf16.h), or nothing where the rewrite refuses
+// it (it does not for the kernel this plugin embeds: the test suite checks; this keeps a refusal
+// from reaching a user's matmul). Made once, when the device opens; Pipelines takes it from
+// there.
+std::vector<std::uint32_t> bf16_kernel() {
   const auto f16 = embedded_file("gemm_coopmat.spv");
   std::vector<std::uint32_t> words(f16.size() / 4);
   std::memcpy(words.data(), f16.data(), words.size() * 4);
   try {
-    coopmat_nv_to_khr(words, true);
-    return true;
+    return coopmat_nv_to_khr(words, true);
   } catch (const BackendError& e) {
     log().debug("bf16 GEMMs take gemm.tk: {}", e.what());
-    return false;
+    return {};
   }
 }
 
@@ -248,16 +252,17 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   // bf16 GEMMs on the same matrix units: the f16 kernel's SPIR-V rewritten for
   // VK_KHR_cooperative_matrix with bf16 fragments (spirv_bf16.h), where the device offers the
   // same shape in bf16.
-  coop_bf16_ = coop_f16_ && bf16_khr && fck.cooperativeMatrix && fbf.shaderBFloat16Type &&
-               fbf.shaderBFloat16CooperativeMatrix && has_bf16_coop_shape(instance, physical) &&
-               bf16_kernel_rewrites();
+  if (coop_f16_ && bf16_khr && fck.cooperativeMatrix && fbf.shaderBFloat16Type &&
+      fbf.shaderBFloat16CooperativeMatrix && has_bf16_coop_shape(instance, physical))
+    coop_bf16_spirv_ = bf16_kernel();
+  const bool coop_bf16 = !coop_bf16_spirv_.empty();
   if (bf16_khr)
     log().debug(
         "{}: bf16 matrix units: cooperativeMatrix {}, shaderBFloat16Type {}, "
         "shaderBFloat16CooperativeMatrix {}: {}",
         id_, fck.cooperativeMatrix, fbf.shaderBFloat16Type, fbf.shaderBFloat16CooperativeMatrix,
-        coop_bf16_ ? "used" : "not used");
-  if (coop_bf16_) {
+        coop_bf16 ? "used" : "not used");
+  if (coop_bf16) {
     exts.push_back("VK_KHR_cooperative_matrix");
     exts.push_back("VK_KHR_shader_bfloat16");
   }
@@ -294,7 +299,7 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   }
   CoopFeaturesKHR enable_ck;
   BFloat16FeaturesKHR enable_bf;
-  if (coop_bf16_) {
+  if (coop_bf16) {
     enable_ck.cooperativeMatrix = VK_TRUE;
     enable_bf.shaderBFloat16Type = VK_TRUE;
     enable_bf.shaderBFloat16CooperativeMatrix = VK_TRUE;
@@ -375,7 +380,7 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
       {"8-bit storage", f12.storageBuffer8BitAccess ? "yes" : "no (bool kernels can not run)"},
       {"16-bit storage", storage16_ ? "yes" : "no (f16 and bf16 can not run)"},
       {"cooperative matrix",
-       coop_bf16_  ? "yes: f16 GEMMs on it (VK_NV_cooperative_matrix), bf16 GEMMs "
+       coop_bf16   ? "yes: f16 GEMMs on it (VK_NV_cooperative_matrix), bf16 GEMMs "
                      "(VK_KHR_cooperative_matrix, VK_KHR_shader_bfloat16)"
        : coop_f16_ ? "yes: f16 GEMMs on it (VK_NV_cooperative_matrix; no bf16 matrix units)"
        : coop      ? "VK_KHR_cooperative_matrix only (unused: the GEMM is compiled for the NV "
@@ -399,7 +404,7 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   traits.compute_units = info_.compute_units;
   traits.storage16 = storage16_;
   traits.coop_f16 = coop_f16_ && sub.subgroupSize == 32;
-  traits.coop_bf16 = coop_bf16_ && sub.subgroupSize == 32;
+  traits.coop_bf16 = coop_bf16 && sub.subgroupSize == 32;
   traits.gemm_one_buffer = props_.vendorID == 0x10de;
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);

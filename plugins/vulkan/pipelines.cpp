@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "spirv_bf16.h"
 #include "tessera/embedded.h"
 #include "tessera/file.h"
 #include "tessera/log.h"
@@ -156,15 +155,11 @@ VkPipeline Pipelines::get(std::string_view shader, std::span<const std::int32_t>
   if (module == modules_.end()) {
     auto code = embedded_file(fmt::format("{}.spv", shader));
     // A kernel the portable layer launches that this plugin writes itself (shaders/NAME.comp,
-    // embedded as NAME.spv): the matrix-unit GEMM; its bf16 form is rewritten from its SPIR-V
-    // (spirv_bf16.h).
-    std::vector<std::uint32_t> rewritten;
+    // embedded as NAME.spv): the matrix-unit GEMM; its bf16 form, rewritten from its SPIR-V
+    // when the device opened (spirv_bf16.h).
     if (shader == "gemm_coopmat_bf16.tk") {
-      const auto f16 = embedded_file("gemm_coopmat.spv");
-      std::vector<std::uint32_t> words(f16.size() / 4);
-      std::memcpy(words.data(), f16.data(), words.size() * 4);
-      rewritten = coopmat_nv_to_khr(words, true);
-      code = {reinterpret_cast<const unsigned char*>(rewritten.data()), rewritten.size() * 4};
+      const auto words = dev_.coop_bf16_spirv();
+      code = {reinterpret_cast<const unsigned char*>(words.data()), words.size_bytes()};
     }
     if (code.empty() && shader.ends_with(".tk"))
       code = embedded_file(fmt::format("{}.spv", shader.substr(0, shader.size() - 3)));

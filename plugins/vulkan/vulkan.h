@@ -261,6 +261,8 @@ class VulkanDevice final : public Device {
   // Whether pipelines capture the compiler's statistics for the log (VK_KHR_pipeline_executable_
   // properties, enabled at log level debug only).
   bool pipeline_statistics() const { return exec_stats_; }
+  // The bf16 matrix-unit GEMM's SPIR-V, made when the device opened (empty: no bf16 matrix units).
+  std::span<const std::uint32_t> coop_bf16_spirv() const { return coop_bf16_spirv_; }
   // Free bytes of |heap| as the driver reports them (VK_EXT_memory_budget), or -1 when unknown.
   std::int64_t heap_budget(std::uint32_t heap) const;
 
@@ -275,7 +277,9 @@ class VulkanDevice final : public Device {
   bool timeline_ = false;
   bool storage16_ = false;  // storageBuffer16BitAccess enabled
   bool coop_f16_ = false;   // VK_NV_cooperative_matrix enabled for f16 GEMMs
-  bool coop_bf16_ = false;  // and VK_KHR_cooperative_matrix with bf16 (spirv_bf16.h)
+  // The bf16 matrix-unit GEMM's SPIR-V (spirv_bf16.h), where VK_KHR_cooperative_matrix with bf16
+  // is enabled for it; empty elsewhere.
+  std::vector<std::uint32_t> coop_bf16_spirv_;
   std::uint32_t timestamp_bits_ = 0;
   bool exec_stats_ = false;
   VkDeviceSize max_buffer_ = 0;
