@@ -25,15 +25,15 @@ void infer_matmul(const OpCall& call, std::span<TensorSpec> out) {
   const std::int64_t kb = at.trans_b ? b.dim(1) : b.dim(0), n = at.trans_b ? b.dim(0) : b.dim(1);
   require(ka == kb, call, "inner dimensions differ: {}{} @ {}{} ({} vs {})", a.shape().str(),
           at.trans_a ? "^T" : "", b.shape().str(), at.trans_b ? "^T" : "", ka, kb);
-  out[0] = {Shape{m, n}, a.dtype()};
+  out[0] = {Shape{m, n}, matmul_out_dtype(call)};
 }
 
 void infer_addmm(const OpCall& call, std::span<TensorSpec> out) {
   infer_matmul(call, out);
   const Tensor& bias = call.in(2);
   require_rank(call, bias, 1, "bias");
-  require(bias.dtype() == out[0].dtype, call, "bias must have the dtype of a and b, got {}",
-          dtype_name(bias.dtype()));
+  require(bias.dtype() == out[0].dtype, call, "bias must have the result's dtype ({}), got {}",
+          dtype_name(out[0].dtype), dtype_name(bias.dtype()));
   require(bias.dim(0) == out[0].shape[1], call,
           "bias must have one value per output column ({}), got {}", out[0].shape[1], bias.dim(0));
 }

@@ -94,23 +94,25 @@ Tensor fold_transpose(const Tensor& t, bool& trans) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+              std::optional<DType> out_dtype) {
   if (a.defined() && b.defined() && (a.rank() != 2 || b.rank() != 2))
-    return matmul_nd(a, b, trans_a, trans_b);
+    return matmul_nd(a, b, trans_a, trans_b, out_dtype);
   const Tensor fa = fold_transpose(a, trans_a), fb = fold_transpose(b, trans_b);
-  return run1(OpId::matmul, {fa, fb}, MatmulAttrs{trans_a, trans_b});
+  return run1(OpId::matmul, {fa, fb}, MatmulAttrs{trans_a, trans_b, out_dtype});
 }
 
-Tensor addmm(const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b) {
+Tensor addmm(const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b,
+             std::optional<DType> out_dtype) {
   const Tensor fa = fold_transpose(a, trans_a), fb = fold_transpose(b, trans_b);
-  OpCall call = make_call(OpId::addmm, {fa, fb, bias}, MatmulAttrs{trans_a, trans_b});
+  OpCall call = make_call(OpId::addmm, {fa, fb, bias}, MatmulAttrs{trans_a, trans_b, out_dtype});
   Device* dev = common_device(call);
   if (dev && !dev->kernel(OpId::addmm)) {
     // The same contract without the fused kernel: the shape rule first (its messages name
     // addmm), then matmul and add on the device itself.
     std::array<TensorSpec, 1> spec{};
     op_def(OpId::addmm).infer(call, spec);
-    return add(matmul(fa, fb, trans_a, trans_b), bias);
+    return add(matmul(fa, fb, trans_a, trans_b, out_dtype), bias);
   }
   run_op(call);
   return call.outputs[0];

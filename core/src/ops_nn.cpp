@@ -35,13 +35,15 @@ Tensor fold_last_transpose(const Tensor& t, bool& trans) {
 
 }  // namespace
 
-Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+           std::optional<DType> out_dtype) {
   if (!a.defined() || !b.defined()) throw InvalidArgument("bmm: an input is undefined");
   const Tensor fa = fold_last_transpose(a, trans_a), fb = fold_last_transpose(b, trans_b);
-  return run_nn(OpId::bmm, {fa, fb}, MatmulAttrs{trans_a, trans_b});
+  return run_nn(OpId::bmm, {fa, fb}, MatmulAttrs{trans_a, trans_b, out_dtype});
 }
 
-Tensor matmul_nd(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+Tensor matmul_nd(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                 std::optional<DType> out_dtype) {
   const int ra = a.rank(), rb = b.rank();
   if (ra == 0 || rb == 0)
     throw InvalidArgument(
@@ -52,7 +54,8 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   if (ra == 1 || rb == 1) {
     const Tensor a2 = ra == 1 ? a.reshape({1, a.dim(0)}) : a;
     const Tensor b2 = rb == 1 ? b.reshape({b.dim(0), 1}) : b;
-    const Tensor y = matmul(a2, b2, ra == 1 ? false : trans_a, rb == 1 ? false : trans_b);
+    const Tensor y =
+        matmul(a2, b2, ra == 1 ? false : trans_a, rb == 1 ? false : trans_b, out_dtype);
     Shape s;
     for (int d = 0; d < y.rank(); ++d)
       if (!(ra == 1 && d == y.rank() - 2) && !(rb == 1 && d == y.rank() - 1)) s.push_back(y.dim(d));
@@ -61,12 +64,12 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   // [..., M, K] @ [K, N] with a contiguous is one 2-D GEMM over every row of a.
   const std::int64_t k = a.dim(ra - 1);
   if (rb == 2 && !trans_a && a.is_contiguous() && k > 0) {
-    const Tensor y = matmul(a.reshape({a.numel() / k, k}), b, false, trans_b);
+    const Tensor y = matmul(a.reshape({a.numel() / k, k}), b, false, trans_b, out_dtype);
     Shape s = a.shape();
     s[ra - 1] = y.dim(1);
     return y.reshape(s);
   }
-  return bmm(a, b, trans_a, trans_b);
+  return bmm(a, b, trans_a, trans_b, out_dtype);
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {

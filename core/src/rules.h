@@ -86,6 +86,9 @@ void infer_cross_entropy_backward(const OpCall& call, std::span<TensorSpec> out)
 
 // --- nn: batched matmul, embedding, pooling, attention ---
 void infer_bmm(const OpCall& call, std::span<TensorSpec> out);
+// The result's dtype of a matmul, addmm or bmm call (MatmulAttrs::out_dtype, checked: f32 for
+// f16 or bf16 inputs, or the inputs' own).
+DType matmul_out_dtype(const OpCall& call);
 void infer_embedding(const OpCall& call, std::span<TensorSpec> out);
 void infer_embedding_backward(const OpCall& call, std::span<TensorSpec> out);
 void infer_avg_pool2d(const OpCall& call, std::span<TensorSpec> out);

@@ -35,7 +35,18 @@ void infer_bmm(const OpCall& call, std::span<TensorSpec> out) {
   s.push_back(n);
   require(checked_numel(std::span(s.begin(), s.end())).has_value(), call,
           "the result {} has more than 2^63 elements", s.str());
-  out[0] = {s, a.dtype()};
+  out[0] = {s, matmul_out_dtype(call)};
+}
+
+DType matmul_out_dtype(const OpCall& call) {
+  const DType in = call.in(0).dtype();
+  const std::optional<DType> want = call.attr<MatmulAttrs>().out_dtype;
+  if (!want || *want == in) return in;
+  require(*want == DType::f32 && (in == DType::f16 || in == DType::bf16), call,
+          "out_dtype {} for {} inputs: pass f32 with f16 or bf16 inputs (their f32 sums), or "
+          "leave it unset for the inputs' dtype",
+          dtype_name(*want), dtype_name(in));
+  return *want;
 }
 
 namespace {

@@ -35,7 +35,8 @@ void check_attention_environment();
 
 // c = op(a) op(b) (+ bias [n] on every row) for the |g.count| matrices of |g|: a, b contiguous
 // matrices (op(a) is [m, k], op(b) [k, n]), c contiguous [count, m, n]; all f32, or all f16 or
-// all bf16 (summed in f32, rounded once into c).
+// all bf16 (summed in f32, rounded once into c), or f16 or bf16 a and b with c and the bias in
+// f32 (out_dtype f32: the sums, not rounded).
 void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
           bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
           const BatchDims& g);

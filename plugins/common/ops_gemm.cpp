@@ -21,7 +21,9 @@ namespace {
 
 constexpr int kFlagTransA = 1, kFlagTransB = 2, kFlagVec = 4, kFlagBias = 8, kFlagTwoBuffers = 16,
               kModeShift = 5, kFlagUnitStride = 128, kDTypeShift = 8;
-constexpr int kFlagCoopSplit = 4;  // gemm_coopmat's V0: split K
+// gemm_coopmat's V0: split K; c in f32 (out_dtype f32); an f32 bias at binding 3 (with f32 c).
+constexpr int kFlagCoopSplit = 4, kFlagCoopWide = 8, kFlagCoopBias = 16;
+constexpr int kFlagBiasF32 = 1024;  // gemm.tk's V3: the bias in f32 whatever the inputs' dtype
 
 // The GPU tile sets, largest first (docs/performance.md has the sweeps that chose them): the
 // portable default, and NVIDIA's, measured on the H100, where the smaller sets keep 256
@@ -159,16 +161,21 @@ namespace {
 // The Vulkan plugin's f16 and bf16 GEMMs on matrix units (its shaders/gemm_coopmat.comp: 128 x
 // 128 tiles, 16-byte loads and stores; bf16 through the same kernel's SPIR-V rewritten for
 // VK_KHR_cooperative_matrix), where the device has them and the operands fit its loads: every
-// row (and each binding's offset, and every matrix stride) a multiple of 8 halves. No bias. A
-// grid smaller than the compute units with K >= 2048 (a weight gradient) splits K as gemm()
-// does (one wave), where M and N are whole tiles: f32 parts, added up, then rounded into c.
-bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
-               bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const BatchDims& g) {
-  const bool bf16 = a.dtype() == DType::bf16;
+// row (and each binding's offset, and every matrix stride) a multiple of 8 elements. c in the
+// inputs' dtype, or in f32 (out_dtype f32: the sums as they are), then with an f32 bias where
+// addmm has one (its offset a multiple of 4). A grid smaller than the compute units with K >=
+// 2048 (a weight gradient) splits K as gemm() does (one wave), where M and N are whole tiles and
+// there is no bias: f32 parts, added up into c (rounded where c is 16-bit).
+bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
+               bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+               const BatchDims& g) {
+  const bool bf16 = a.dtype() == DType::bf16, wide = c.dtype() == DType::f32;
   if (k == 0 || !(bf16 ? l.traits().coop_bf16 : l.traits().coop_f16 && a.dtype() == DType::f16))
     return false;
+  if (bias && !wide) return false;  // a 16-bit bias: gemm.tk
   bool fits =
-      multiples_of(8, {trans_a ? m : k, trans_b ? k : n, n, a.offset(), b.offset(), c.offset()});
+      multiples_of(8, {trans_a ? m : k, trans_b ? k : n, n, a.offset(), b.offset(), c.offset()}) &&
+      (!bias || bias->offset() % 4 == 0);
   for (int d = 0; d < g.rank; ++d) fits = fits && g.stride_a[d] % 8 == 0 && g.stride_b[d] % 8 == 0;
   if (!fits) return false;
   // The kernel's output tile (its WARPS_M * FM * 16 x WARPS_N * FN * FW), K slice and
@@ -181,21 +188,23 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, b
   const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
   // As many parts as make one wave of one work-group a compute unit (the kernel's registers let
   // one run on an SM): a part more would start a second wave for a few of them.
-  if (k >= 2048 && m % kTileM == 0 && n % kTileN == 0 && g.count * tiles < units)
+  if (!bias && k >= 2048 && m % kTileM == 0 && n % kTileN == 0 && g.count * tiles < units)
     split = split_k(k, std::min(units / (g.count * tiles), k / 1024), kSlice);
   const std::int64_t count = g.count * m * n;
   const Tensor partial =
       split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();
   Launch launch(l, bf16 ? "gemm_coopmat_bf16" : "gemm_coopmat",
                 {(trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0) |
-                 (split.parts > 1 ? kFlagCoopSplit : 0)});
-  launch.in(a).in(b).out(split.parts > 1 ? partial : c);
+                 (split.parts > 1 ? kFlagCoopSplit : 0) | (wide ? kFlagCoopWide : 0) |
+                 (bias ? kFlagCoopBias : 0)});
+  // Binding 3 is unread without a bias.
+  launch.in(a).in(b).out(split.parts > 1 ? partial : c).in(bias ? *bias : a);
   gemm_words(launch, m, n, k, across, tiles, g);
   launch.i(split.per).group(kThreads).groups(split.parts * g.count * tiles);
   if (split.parts > 1) {
-    const Tensor sums = Tensor::empty(c.shape(), DType::f32, &l.device());
+    const Tensor sums = wide ? c : Tensor::empty(c.shape(), DType::f32, &l.device());
     sum_lines(l, partial, sums, 1, split.parts, count, 1.0f);
-    cast_into(l, sums, c);
+    if (!wide) cast_into(l, sums, c);
   }
   return true;
 }
@@ -206,7 +215,7 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
           bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
           const BatchDims& g) {
   if (m == 0 || n == 0 || g.count == 0) return;
-  if (!bias && coop_gemm(l, a, b, c, trans_a, trans_b, m, n, k, g)) return;
+  if (coop_gemm(l, a, b, c, bias, trans_a, trans_b, m, n, k, g)) return;
   GemmTiles t = gemm_tiles(l.traits(), m, n, g.count);
   // A small output with a long K (a weight gradient: K is the batch's tokens) leaves compute
   // units idle with any tiles: K is split in parts of at least 512, on GPUs with the largest
@@ -230,26 +239,29 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
     }
   }
   // f16 and bf16 inputs load 4 at a time as two 32-bit words where aligned (as f32's 4-float
-  // loads); the sums stay f32 (a scratch for c) and are rounded into c afterwards (cast_into).
+  // loads); the sums stay f32 (a scratch for c) and are rounded into c afterwards (cast_into),
+  // or are c itself with out_dtype f32 (whose bias is f32 too).
   const int dtype = a.dtype() == DType::f16 ? 1 : a.dtype() == DType::bf16 ? 2 : 0;
-  bool vec = multiples_of_4({m, n, k, a.offset(), b.offset(), dtype == 0 ? c.offset() : 0}) &&
+  const bool wide = c.dtype() == DType::f32;
+  bool vec = multiples_of_4({m, n, k, a.offset(), b.offset(), wide ? c.offset() : 0}) &&
              (!bias || bias->offset() % 4 == 0);
   for (int d = 0; d < g.rank; ++d) vec = vec && g.stride_a[d] % 4 == 0 && g.stride_b[d] % 4 == 0;
   const int flags = (trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0) |
                     (vec ? kFlagVec : 0) | (bias ? kFlagBias : 0) |
-                    (t.buffers == 2 ? kFlagTwoBuffers : 0) | dtype << kDTypeShift;
+                    (t.buffers == 2 ? kFlagTwoBuffers : 0) | dtype << kDTypeShift |
+                    (dtype != 0 && bias && bias->dtype() == DType::f32 ? kFlagBiasF32 : 0);
   const std::int64_t across = (n + t.tn - 1) / t.tn, tiles = across * ((m + t.tm - 1) / t.tm);
   const std::int64_t count = g.count * m * n;
   const Tensor partial =
       split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();
-  const Tensor sums = dtype != 0 ? Tensor::empty(c.shape(), DType::f32, &l.device()) : c;
+  const Tensor sums = wide ? c : Tensor::empty(c.shape(), DType::f32, &l.device());
   Launch launch = gemm_launch(l, t, flags);
   // Binding 3 is unread without a bias.
   launch.in(a).in(b).out(split.parts > 1 ? partial : sums).in(bias ? *bias : a);
   gemm_words(launch, m, n, k, across, tiles, g);
   launch.i(0).i(0).i(split.per).groups(split.parts * g.count * tiles);
   if (split.parts > 1) sum_lines(l, partial, sums, 1, split.parts, count, 1.0f);
-  if (dtype != 0) cast_into(l, sums, c);
+  if (!wide) cast_into(l, sums, c);
 }
 
 ConvGemm conv_gemm_shape(const Conv& g, int mode) {

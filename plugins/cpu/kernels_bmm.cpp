@@ -36,7 +36,7 @@ void bmm_kernel(const OpCall& call, Context& ctx) {
   const std::int64_t lda = at.trans_a ? m : k, ldb = at.trans_b ? k : n;
   const common::BatchDims g = common::batch_dims(call);
   const std::int64_t macs = m * n * std::max<std::int64_t>(k, 1);
-  const DType t = call.out(0).dtype();
+  const DType t = call.in(0).dtype();
   // f32 operands: |a| and |b| (the inputs, or f16/bf16 inputs widened) into |y|.
   auto f32_bmm = [&](const float* a, const float* b, float* y) {
     each_matrix(ctx, g.count, macs, [&](std::int64_t i, bool split) {
@@ -49,14 +49,16 @@ void bmm_kernel(const OpCall& call, Context& ctx) {
     });
   };
   if (t == DType::f32) return f32_bmm(in_ptr(call, 0), in_ptr(call, 1), out_ptr(call, 0));
-  // f16, bf16: f32 accumulators, rounded once.
+  // f16, bf16: f32 accumulators, rounded once (or, with out_dtype f32, the result itself).
   const auto* a = in_ptr<std::uint16_t>(call, 0);
   const auto* b = in_ptr<std::uint16_t>(call, 1);
-  std::vector<float> acc(static_cast<std::size_t>(g.count * m * n));
+  const bool wide = call.out(0).dtype() == DType::f32;
+  std::vector<float> scratch(wide ? 0 : static_cast<std::size_t>(g.count * m * n));
+  float* acc = wide ? out_ptr(call, 0) : scratch.data();
   if (t == DType::bf16 && ctx.blas.has_gemm_bf16() && k > 0) {
     each_matrix(ctx, g.count, macs, [&](std::int64_t i, bool split) {
       const std::uint16_t *ai = a + g.offset_a(i), *bi = b + g.offset_b(i);
-      float* yi = acc.data() + i * m * n;
+      float* yi = acc + i * m * n;
       if (split)
         gemm_half(ctx, t, at.trans_a, at.trans_b, m, n, k, ai, lda, bi, ldb, 0.0f, yi, n);
       else
@@ -65,9 +67,9 @@ void bmm_kernel(const OpCall& call, Context& ctx) {
   } else {
     const std::vector<float> wa = widen(ctx, t, a, call.in(0).numel());
     const std::vector<float> wb = widen(ctx, t, b, call.in(1).numel());
-    f32_bmm(wa.data(), wb.data(), acc.data());
+    f32_bmm(wa.data(), wb.data(), acc);
   }
-  narrow(ctx, t, acc.data(), out_ptr<std::uint16_t>(call, 0), g.count * m * n);
+  if (!wide) narrow(ctx, t, acc, out_ptr<std::uint16_t>(call, 0), g.count * m * n);
 }
 
 Support bmm_supports(const OpCall& call) {
@@ -77,7 +79,7 @@ Support bmm_supports(const OpCall& call) {
         s[s.rank() - 2] > std::numeric_limits<int>::max())
       return Support::no("a matrix dimension exceeds the GEMM library's 32-bit limit");
   }
-  const DType t = call.out(0).dtype();
+  const DType t = call.in(0).dtype();
   return t == DType::f16 || t == DType::bf16 ? Support::yes() : f32_only(call);
 }
 

@@ -105,31 +105,38 @@ void gemm_of(const OpCall& call, Context& ctx, float beta) {
        beta, out_ptr(call, 0), n);
 }
 
-// matmul and addmm of f16 or bf16: f32 accumulators (addmm's start as the bias), rounded once.
+// matmul and addmm of f16 or bf16: f32 accumulators (addmm's start as the bias, in the result's
+// dtype), rounded once, or with out_dtype f32 the result itself.
 void gemm_half_of(const OpCall& call, Context& ctx) {
   const auto& at = call.attr<MatmulAttrs>();
   const Tensor &a = call.in(0), &b = call.in(1), &y = call.out(0);
+  const DType t = a.dtype();
   const std::int64_t m = y.dim(0), n = y.dim(1), k = at.trans_a ? a.dim(0) : a.dim(1);
-  std::vector<float> acc(static_cast<std::size_t>(m * n));
+  const bool wide = y.dtype() == DType::f32;
+  std::vector<float> scratch(wide ? 0 : static_cast<std::size_t>(m * n));
+  float* acc = wide ? out_ptr(call, 0) : scratch.data();
   const bool bias = call.op == OpId::addmm;
   if (bias) {
-    const std::vector<float> row = widen(ctx, y.dtype(), in_ptr<std::uint16_t>(call, 2), n);
-    for (std::int64_t r = 0; r < m; ++r) std::copy_n(row.data(), n, acc.data() + r * n);
+    const std::vector<float> row = wide ? std::vector<float>(in_ptr(call, 2), in_ptr(call, 2) + n)
+                                        : widen(ctx, t, in_ptr<std::uint16_t>(call, 2), n);
+    ctx.pool.parallel_for(m, row_grain(n), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) std::copy_n(row.data(), n, acc + r * n);
+    });
   }
-  gemm_half(ctx, y.dtype(), at.trans_a, at.trans_b, m, n, k, in_ptr<std::uint16_t>(call, 0),
-            a.dim(1), in_ptr<std::uint16_t>(call, 1), b.dim(1), bias ? 1.0f : 0.0f, acc.data(), n);
-  narrow(ctx, y.dtype(), acc.data(), out_ptr<std::uint16_t>(call, 0), m * n);
+  gemm_half(ctx, t, at.trans_a, at.trans_b, m, n, k, in_ptr<std::uint16_t>(call, 0), a.dim(1),
+            in_ptr<std::uint16_t>(call, 1), b.dim(1), bias ? 1.0f : 0.0f, acc, n);
+  if (!wide) narrow(ctx, t, acc, out_ptr<std::uint16_t>(call, 0), m * n);
 }
 
 void matmul_kernel(const OpCall& call, Context& ctx) {
-  if (call.out(0).dtype() != DType::f32) return gemm_half_of(call, ctx);
+  if (call.in(0).dtype() != DType::f32) return gemm_half_of(call, ctx);
   gemm_of(call, ctx, 0.0f);
 }
 
 // C = op(A) op(B) + bias: C's rows start as the bias and the GEMM accumulates onto them (beta 1),
 // which saves the library's pass zeroing C (beta 0) and a separate pass adding the bias.
 void addmm_kernel(const OpCall& call, Context& ctx) {
-  if (call.out(0).dtype() != DType::f32) return gemm_half_of(call, ctx);
+  if (call.in(0).dtype() != DType::f32) return gemm_half_of(call, ctx);
   const std::int64_t m = call.out(0).dim(0), n = call.out(0).dim(1);
   const float* bias = in_ptr(call, 2);
   float* c = out_ptr(call, 0);
@@ -389,9 +396,10 @@ Support blas_sized(const OpCall& call) {
   return f32_only(call);
 }
 
-// matmul and addmm: blas_sized, in f32, f16 or bf16 (inputs, bias and output of one dtype).
+// matmul and addmm: blas_sized, in f32, f16 or bf16 (inputs, bias and output of one dtype, or
+// 16-bit inputs with an f32 result and bias: out_dtype).
 Support gemm_supports(const OpCall& call) {
-  const DType t = call.out(0).dtype();
+  const DType t = call.in(0).dtype();
   return t == DType::f16 || t == DType::bf16 ? blas_dims(call) : blas_sized(call);
 }
 

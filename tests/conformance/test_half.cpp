@@ -198,18 +198,30 @@ void expect_gemm(DType t, const Tensor& y, const std::vector<double>& ref) {
         << "element " << i << " is not a " << dtype_name(t);
 }
 
+// out_dtype f32 on |t| inputs: the f32 sums (normalised error of f32 sums), not rounded to |t|
+// (most of them are not |t| values: a path that rounds would show).
+void expect_gemm_f32(DType t, const Tensor& y, const std::vector<double>& ref) {
+  ASSERT_EQ(y.dtype(), DType::f32);
+  const Vec got = y.to_vector<float>();
+  expect_close(got, ref, 1e-5);
+  std::size_t rounded_ones = 0;
+  for (const float v : got) rounded_ones += v == widen(t, narrow(t, v));
+  EXPECT_LT(rounded_ones, got.size() / 4 + 1) << "the sums were rounded to " << dtype_name(t);
+}
+
 struct GemmSize {
   const char* name;
   std::int64_t m, n, k;
 };
 
-Case matmul_case(DType t, GemmSize s, bool ta, bool tb, bool bias) {
-  return {fmt::format("{}_{}_{}{}{}", bias ? "addmm" : "matmul", dtype_name(t), s.name,
-                      ta ? "T" : "N", tb ? "T" : "N"),
+// matmul (addmm with |bias|) of |t| inputs, in |t| or with out_dtype f32 (|wide|: an f32 bias).
+Case matmul_case(DType t, GemmSize s, bool ta, bool tb, bool bias, bool wide = false) {
+  return {fmt::format("{}_{}{}_{}{}{}", bias ? "addmm" : "matmul", dtype_name(t),
+                      wide ? "_out_f32" : "", s.name, ta ? "T" : "N", tb ? "T" : "N"),
           bias ? OpId::addmm : OpId::matmul, [=](Device& d) {
             const std::int64_t m = s.m, n = s.n, k = s.k;
             const Vec a = rounded(t, randn(m * k)), b = rounded(t, randn(k * n)),
-                      c = rounded(t, randn(n));
+                      c = wide ? randn(n) : rounded(t, randn(n));
             std::vector<double> ref(static_cast<std::size_t>(m * n));
             for (std::int64_t i = 0; i < m; ++i)
               for (std::int64_t j = 0; j < n; ++j) {
@@ -221,14 +233,21 @@ Case matmul_case(DType t, GemmSize s, bool ta, bool tb, bool bias) {
               }
             const Tensor at = Tensor::from(a, ta ? Shape{k, m} : Shape{m, k}, &d).to(t);
             const Tensor bt = Tensor::from(b, tb ? Shape{n, k} : Shape{k, n}, &d).to(t);
+            if (wide) {
+              const Tensor y = bias ? addmm(at, bt, Tensor::from(c, {n}, &d), ta, tb, DType::f32)
+                                    : matmul(at, bt, ta, tb, DType::f32);
+              expect_gemm_f32(t, y, ref);
+              return;
+            }
             const Tensor y = bias ? addmm(at, bt, Tensor::from(c, {n}, &d).to(t), ta, tb)
                                   : matmul(at, bt, ta, tb);
             expect_gemm(t, y, ref);
           }};
 }
 
-Case bmm_case(DType t) {
-  return {fmt::format("bmm_{}", dtype_name(t)), OpId::bmm, [t](Device& d) {
+Case bmm_case(DType t, bool wide) {
+  return {fmt::format("bmm_{}{}", dtype_name(t), wide ? "_out_f32" : ""), OpId::bmm,
+          [t, wide](Device& d) {
             // Broadcast batch dimensions, b transposed; then a long K on few matrices.
             for (const auto& [bs, m, n, k] :
                  {std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>{3, 17, 9, 33},
@@ -244,10 +263,14 @@ Case bmm_case(DType t) {
                       sum += double(a[(q * m + i) * k + p]) * b[j * k + p];
                     ref[(q * m + i) * n + j] = sum;
                   }
-              const Tensor y = bmm(Tensor::from(a, {bs, m, k}, &d).to(t),
-                                   Tensor::from(b, {1, n, k}, &d).to(t), false, true);
+              const Tensor y =
+                  bmm(Tensor::from(a, {bs, m, k}, &d).to(t), Tensor::from(b, {1, n, k}, &d).to(t),
+                      false, true, wide ? std::optional(DType::f32) : std::nullopt);
               EXPECT_EQ(y.shape(), (Shape{bs, m, n}));
-              expect_gemm(t, y, ref);
+              if (wide)
+                expect_gemm_f32(t, y, ref);
+              else
+                expect_gemm(t, y, ref);
             }
           }};
 }
@@ -548,7 +571,18 @@ std::vector<Case> half_cases() {
     // Whole 128 x 128 tiles and a long K: the matrix-unit GEMM splits K (as a weight gradient).
     c.push_back(matmul_case(t, {"split_k", 128, 128, 4096}, false, false, false));
     c.push_back(matmul_case(t, {"split_k", 128, 128, 4096}, true, false, false));
-    c.push_back(bmm_case(t));
+    c.push_back(bmm_case(t, false));
+    // out_dtype f32 (autocast's products): gemm.tk (odd sizes with an f32 bias; the others take
+    // the kernels of the cases above, writing f32), the matrix-unit GEMM where there is one
+    // (aligned: edge tiles, the bias added to f32 sums; split K's parts added into c), batched.
+    for (const auto& [size, ta, tb, bias] :
+         {std::tuple{GemmSize{"odd", 37, 53, 29}, false, true, true},
+          {GemmSize{"aligned", 136, 264, 72}, false, false, false},
+          {GemmSize{"aligned", 136, 264, 72}, true, true, false},
+          {GemmSize{"aligned", 136, 264, 72}, false, true, true},
+          {GemmSize{"split_k", 128, 128, 4096}, true, false, false}})
+      c.push_back(matmul_case(t, size, ta, tb, bias, true));
+    c.push_back(bmm_case(t, true));
     for (Widened& w : widened_ops()) c.push_back(widened_case(t, std::move(w)));
     for (HalfGrad& g : half_grad_ops()) c.push_back(half_grad_case(t, std::move(g)));
   }

@@ -113,6 +113,39 @@ TEST(Autocast, GemmsRunInTheLowDtypeWithGradients) {
   }
 }
 
+// Autocast's products keep their f32 sums (out_dtype f32), as do their gradients: linear's
+// output and gradients equal f32's on the same inputs rounded to the low dtype (the gradient
+// rounded too, as the backward casts it) to f32's precision, not to the low dtype's.
+TEST(Autocast, ProductsAndGradientsKeepTheirF32Sums) {
+  for (Device* d : all_devices()) {
+    for (DType lo : {DType::f16, DType::bf16}) {
+      SCOPED_TRACE(d->id() + " " + std::string(dtype_name(lo)));
+      auto round = [lo](const Tensor& t) { return t.to(lo).to(DType::f32); };
+      const Tensor xv = Tensor::from(normal(40 * 64, 12), {40, 64}, d);
+      const Tensor wv = Tensor::from(normal(24 * 64, 13), {24, 64}, d);
+      const Tensor bv = Tensor::from(normal(24, 14), {24}, d);
+      const Tensor gv = Tensor::from(normal(40 * 24, 15), {40, 24}, d);
+      Variable x(xv, true), w(wv, true), b(bv, true);
+      Variable y;
+      {
+        const AutocastGuard guard(lo);
+        y = linear(x, w, b);
+      }
+      y.backward(gv);
+      const Tensor xr = round(xv), wr = round(wv), gr = round(gv);
+      const std::vector<std::pair<Tensor, Tensor>> pairs{
+          {y.value(), tessera::addmm(xr, wr, bv, false, true)},
+          {x.grad(), tessera::matmul(gr, wr)},
+          {w.grad(), tessera::matmul(gr, xr, true, false)},
+          {b.grad(), tessera::sum(gv, 0)}};
+      for (std::size_t i = 0; i < pairs.size(); ++i) {
+        EXPECT_EQ(pairs[i].first.dtype(), DType::f32) << i;
+        EXPECT_LT(rel_err(pairs[i].first, pairs[i].second), 1e-5) << "output/gradient " << i;
+      }
+    }
+  }
+}
+
 TEST(GradScaler, ScalesSkipsAndGrows) {
   Variable p(Tensor::from(std::vector<float>{1, 2, 3}, {3}), true);
   SGD opt({{"p", &p}}, SgdOptions{.lr = 0.5, .momentum = 0});

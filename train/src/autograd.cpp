@@ -270,7 +270,7 @@ Tensor spread(const Tensor& g, const Shape& shape, int axis) {
 Variable matmul(const Variable& a, const Variable& b, bool ta, bool tb) {
   if (a.shape().rank() != 2 || b.shape().rank() != 2) return matmul_nd(a, b, ta, tb);
   if (const auto lo = autocast_for(a, b))  // autocast.h
-    return to(matmul(to(a, *lo), to(b, *lo), ta, tb), DType::f32);
+    return autocast_product(a, b, Variable(), ta, tb, *lo);
   return make_result(tessera::matmul(a.value(), b.value(), ta, tb), {a, b},
                      [a, b, ta, tb](const Tensor& g) -> Grads {
                        Tensor ga, gb;
@@ -458,16 +458,39 @@ std::optional<DType> autocast_for(const Variable& a, const Variable& b) {
   return lo;
 }
 
+Variable autocast_product(const Variable& a, const Variable& b, const Variable& bias, bool ta,
+                          bool tb, DType lo) {
+  const Tensor al = a.value().to(lo), bl = b.value().to(lo);
+  const bool matrices = al.rank() == 2 && bl.rank() == 2;
+  auto product = [matrices](const Tensor& x, const Tensor& y, bool tx, bool ty) {
+    return matrices ? tessera::matmul(x, y, tx, ty, DType::f32)
+                    : tessera::bmm(x, y, tx, ty, DType::f32);
+  };
+  const Tensor y = bias.defined() ? tessera::addmm(al, bl, bias.value(), ta, tb, DType::f32)
+                                  : product(al, bl, ta, tb);
+  return make_result(y, {a, b, bias},
+                     [a, b, bias, al, bl, ta, tb, lo, product](const Tensor& g) -> Grads {
+                       const Tensor gl = g.to(lo);
+                       Tensor ga, gb, gbias;
+                       if (wants(a))
+                         ga = ta ? product(bl, gl, tb, true) : product(gl, bl, false, !tb);
+                       if (wants(b))
+                         gb = tb ? product(gl, al, true, ta) : product(al, gl, !ta, false);
+                       if (wants(bias)) gbias = tessera::sum(g, 0);
+                       return {ga, gb, gbias};
+                     });
+}
+
 Variable transpose(const Variable& x, int dim0, int dim1) {
   return make_result(x.value().transpose(dim0, dim1), {x},
                      [dim0, dim1](const Tensor& g) -> Grads { return {g.transpose(dim0, dim1)}; });
 }
 
 Variable linear(const Variable& x, const Variable& w, const Variable& b) {
-  if (autocast_for(x, w)) {  // the product in the low dtype (matmul), the bias added in f32
-    const Variable y = matmul(x, w, false, true);
-    return b.defined() ? add(y, b) : y;
-  }
+  // Autocast: the product in the low dtype, the bias (an f32 one) added to its f32 sums.
+  if (const auto lo = autocast_for(x, w); lo && x.shape().rank() == 2 && w.shape().rank() == 2 &&
+                                          (!b.defined() || b.value().dtype() == DType::f32))
+    return autocast_product(x, w, b, false, true, *lo);
   const Tensor y = b.defined() ? tessera::addmm(x.value(), w.value(), b.value(), false, true)
                                : tessera::matmul(x.value(), w.value(), false, true);
   return make_result(y, {x, w, b}, [x, w, b](const Tensor& g) -> Grads {

@@ -23,7 +23,7 @@ Variable bmm(const Variable& a, const Variable& b, bool ta, bool tb) {
     const Shape &as = a.shape(), &bs = b.shape();
     bool same = as.rank() == bs.rank();
     for (int d = 0; same && d + 2 < as.rank(); ++d) same = as[d] == bs[d];
-    if (same) return to(bmm(to(a, *lo), to(b, *lo), ta, tb), DType::f32);
+    if (same) return autocast_product(a, b, Variable(), ta, tb, *lo);
   }
   return make_result(
       tessera::bmm(a.value(), b.value(), ta, tb), {a, b}, [a, b, ta, tb](const Tensor& g) -> Grads {

@@ -134,6 +134,9 @@ struct NoAttrs {};
 struct MatmulAttrs {
   bool trans_a = false;  // use a^T ([K,M] stored)
   bool trans_b = false;  // use b^T ([N,K] stored)
+  // The result's dtype (torch.mm's out_dtype): nullopt or the inputs' dtype, else f32 for f16 or
+  // bf16 inputs (their f32 sums, not rounded; addmm's bias then in f32 too).
+  std::optional<DType> out_dtype;
 };
 struct ScalarAttrs {
   double value = 0;

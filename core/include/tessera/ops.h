@@ -26,11 +26,16 @@ void run_op(OpCall& call);
 // (below), batch dimensions broadcast ([..., M, K] @ [K, N] with a contiguous folds into one 2-D
 // GEMM). Throws InvalidArgument naming the shapes when the inner dimensions differ, the batch
 // dimensions do not broadcast or an operand has rank 0.
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
-// op(a) @ op(b) + bias, bias [N] added to every row (a Linear layer's forward). One kernel where
-// the device has one; a device without it runs matmul then add, on that device (no fallback).
+// |out_dtype| (torch.mm's): unset, the inputs' dtype; f32 with f16 or bf16 inputs gives their
+// f32 sums as they are, without rounding them to 16 bits (autocast's products, whose next op
+// takes f32). Any other dtype throws InvalidArgument. The same for addmm and bmm.
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
+              std::optional<DType> out_dtype = std::nullopt);
+// op(a) @ op(b) + bias, bias [N] added to every row (a Linear layer's forward), in the result's
+// dtype (with out_dtype f32, an f32 bias on 16-bit a and b). One kernel where the device has one;
+// a device without it runs matmul then add, on that device (no fallback).
 Tensor addmm(const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a = false,
-             bool trans_b = false);
+             bool trans_b = false, std::optional<DType> out_dtype = std::nullopt);
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
@@ -334,7 +339,9 @@ AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, con
 // broadcast. A view whose last two dimensions are swapped from a contiguous tensor folds into the
 // flag. Throws InvalidArgument naming the shapes when the inner dimensions differ or the batch
 // dimensions do not broadcast.
-Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// out_dtype as matmul's.
+Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
+           std::optional<DType> out_dtype = std::nullopt);
 // torch.nn.functional.embedding(indices, weight) in ATen's argument order (at::embedding): the
 // rows of |weight| [V, D] picked by |indices| (i32 or i64, any shape of rank < 6), shape
 // [...indices, D]. An index outside [0, V) gives a row of NaN on every device (PyTorch raises;

@@ -19,13 +19,15 @@
 // bytes against bank conflicts.
 // The host guarantees: every operand's rows (K, or M and N where transposed) and C's (N) are
 // multiples of 8 halves, and each binding's offset is too (16-byte loads and stores).
-// Bindings: 0 a, 1 b, 2 c [batch, M, N]. Words as gemm.tk's (MODE 0): P(0) M, P(1) N, P(2) K,
-// P(3) tiles across N, P(4) tiles per matrix, P(5) batch rank, P(6..9) batch extents,
-// P(10..13) a's and P(14..17) b's matrix strides, P(18) matrices. V0: 1 a stored [K, M], 2 b
-// stored [N, K], 4 split K: work-group batch part * matrices + matrix sums K in [part * P(19),
-// (part + 1) * P(19)) (P(19) a multiple of 32) and stores its f32 sums to c [parts, matrices, M,
-// N] (M and N multiples of the tile: whole tiles, stored straight from the fragments); the host
-// adds the parts up.
+// Bindings: 0 a, 1 b, 2 c [batch, M, N], 3 bias [N] (V0 & 16; else a again, unread). Words as
+// gemm.tk's (MODE 0): P(0) M, P(1) N, P(2) K, P(3) tiles across N, P(4) tiles per matrix, P(5)
+// batch rank, P(6..9) batch extents, P(10..13) a's and P(14..17) b's matrix strides, P(18)
+// matrices. V0: 1 a stored [K, M], 2 b stored [N, K], 4 split K: work-group batch part *
+// matrices + matrix sums K in [part * P(19), (part + 1) * P(19)) (P(19) a multiple of 32) and
+// stores its f32 sums to c [parts, matrices, M, N] (M and N multiples of the tile: whole tiles,
+// stored straight from the fragments); the host adds the parts up. 8: c in f32 (out_dtype f32:
+// the sums, not rounded), 16: with an f32 bias added to every row (the bias's offset a multiple
+// of 4 floats).
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -55,12 +57,15 @@ layout(binding = 0) readonly restrict buffer CmA { uvec4 v[]; } cm_a;
 layout(binding = 1) readonly restrict buffer CmB { uvec4 v[]; } cm_b;
 layout(binding = 2) writeonly restrict buffer CmC { uvec4 v[]; } cm_c;
 layout(binding = 2) writeonly restrict buffer CmCF { float v[]; } cm_cf;  // split K's f32 parts
+layout(binding = 3) readonly restrict buffer CmBias { vec4 v[]; } cm_bias;
 
 #define P(i) pc.w[9 + (i)]
 #define NGROUPS pc.w[8]
 #define TRANS_A ((V0 & 1) != 0)
 #define TRANS_B ((V0 & 2) != 0)
 #define SPLIT ((V0 & 4) != 0)
+#define WIDE ((V0 & 8) != 0)
+#define BIAS ((V0 & 16) != 0)
 
 // K slices of BK halves in BUFFERS shared buffers (two: the next slice is stored while this one
 // is multiplied, one barrier a slice; one: stored after it, two barriers).
@@ -74,10 +79,13 @@ const int BM = WARPS_M * FM * 16, BN = WARPS_N * FN * FW, BK = BK_HALVES;
 const int RK = (BK + 8) / 8, RM = (BM + 8) / 8, RN = (BN + 8) / 8;
 // uvec4s of one buffer's A tile and B tile (either layout), and of the output staging.
 const int TILE_A = max(BM * RK, BK * RM), TILE_B = max(BN * RK, BK * RN);
-// The epilogue stages PER subgroups' outputs at a time (SUB uvec4s each) in the buffers' space.
+// The epilogue stages PER subgroups' outputs at a time (SUB uvec4s each: rows of FN * FW
+// elements, 16-bit or, larger, f32, and a uvec4 of padding) in the buffers' space.
 const int NSUB = WARPS_M * WARPS_N, SUB = FM * 16 * (FN * FW / 8 + 1);
-const int AREA = BUFFERS * (TILE_A + TILE_B), PER = min(NSUB, max(1, AREA / SUB));
-shared uvec4 sm[max(AREA, PER * SUB)];
+const int SUB_F32 = FM * 16 * (FN * FW / 4 + 1);
+const int AREA = BUFFERS * (TILE_A + TILE_B), PER_16 = min(NSUB, max(1, AREA / SUB)),
+          PER_F32 = min(NSUB, max(1, AREA / SUB_F32));
+shared uvec4 sm[max(AREA, max(PER_16 * SUB, PER_F32 * SUB_F32))];
 // 16-byte chunks of a slice per invocation: A's, B's.
 const int CHUNKS_A = BM * BK / 8 / THREADS, CHUNKS_B = BN * BK / 8 / THREADS;
 
@@ -189,20 +197,28 @@ void main() {
         coopMatStoreNV(acc[i][j], cm_cf.v, uint(at + i * 16 * N + j * FW), uint(N), false);
     return;
   }
-  // Rounded to the 16-bit type and staged through shared memory (each subgroup's FM * 16 x FN *
-  // FW as rows of RS uvec4s; PER subgroups a round), then stored 16 bytes at a time within C's
-  // edges.
-  const int RS = FN * FW / 8 + 1, CH = FN * FW / 8;  // a staged row's uvec4s; its 8-column chunks
-  const int stage = (sg % PER) * SUB;
+  // Rounded to the 16-bit type (or kept in f32: WIDE) and staged through shared memory (each
+  // subgroup's FM * 16 x FN * FW as rows of RS uvec4s; PER subgroups a round), then stored 16
+  // bytes at a time within C's edges, the bias added to f32 sums on the way. (Whole f32 tiles
+  // stored straight from the fragments, the bias loaded into the sums first, were 3% slower on
+  // the GPT's step: docs/performance.md.)
+  const int E = WIDE ? 4 : 8;               // C's elements in a uvec4
+  const int CH = FN * FW / E, RS = CH + 1;  // a staged row's chunks of E columns; its uvec4s
+  const int PER = WIDE ? PER_F32 : PER_16;
+  const int stage = (sg % PER) * (WIDE ? SUB_F32 : SUB);
   const int lane = lid % 32;
-  const int base_c = (pc.w[2] + batch * M * N) / 8;
+  const int base_c = (pc.w[2] + batch * M * N) / E;
   for (int round = 0; round < (NSUB + PER - 1) / PER; ++round) {
     if (sg / PER == round) {
       [[unroll]] for (int i = 0; i < FM; ++i)
         [[unroll]] for (int j = 0; j < FN; ++j) {
-          fcoopmatNV<16, gl_ScopeSubgroup, 16, FW> h =
-              fcoopmatNV<16, gl_ScopeSubgroup, 16, FW>(acc[i][j]);
-          coopMatStoreNV(h, sm, uint(stage + i * 16 * RS + j * FW / 8), uint(RS), false);
+          if (WIDE) {
+            coopMatStoreNV(acc[i][j], sm, uint(stage + i * 16 * RS + j * FW / 4), uint(RS), false);
+          } else {
+            fcoopmatNV<16, gl_ScopeSubgroup, 16, FW> h =
+                fcoopmatNV<16, gl_ScopeSubgroup, 16, FW>(acc[i][j]);
+            coopMatStoreNV(h, sm, uint(stage + i * 16 * RS + j * FW / 8), uint(RS), false);
+          }
         }
     }
     barrier();
@@ -210,8 +226,12 @@ void main() {
       [[unroll]] for (int it = 0; it < FM * 16 * CH / 32; ++it) {
         const int c = lane + it * 32;  // of the subgroup's FM * 16 rows x CH chunks
         const int r = c / CH, col = c % CH;
-        const int m = m0 + wm + r, n = n0 + wn + col * 8;
-        if (m < M && n < N) cm_c.v[base_c + (m * N + n) / 8] = sm[stage + r * RS + col];
+        const int m = m0 + wm + r, n = n0 + wn + col * E;
+        if (m < M && n < N) {
+          uvec4 v = sm[stage + r * RS + col];
+          if (BIAS) v = floatBitsToUint(uintBitsToFloat(v) + cm_bias.v[pc.w[3] / 4 + n / 4]);
+          cm_c.v[base_c + (m * N + n) / E] = v;
+        }
       }
     }
     barrier();
