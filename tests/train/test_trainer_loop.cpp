@@ -63,11 +63,13 @@ class TensorLoader final : public DataLoader {
   std::int64_t batch_, next_ = 0;
 };
 
-// x [n, 4], y [n, 1] = x @ w* + noise, per-sample weights [n, 1]: three tensors a batch.
-std::vector<Tensor> regression_data(std::int64_t n, std::uint64_t seed) {
+// x [n, 4], y [n, 1] = (x @ w* + noise) * scale, per-sample weights [n, 1]: three tensors a
+// batch.
+std::vector<Tensor> regression_data(std::int64_t n, std::uint64_t seed, double scale = 1.0) {
   const Tensor x = random_tensor({n, 4}, seed);
   const Tensor w = Tensor::from(std::vector<float>{1.5f, -2.f, 0.5f, 1.f}, {4, 1}, &cpu());
-  const Tensor y = add(matmul(x, w), mul_scalar(random_tensor({n, 1}, seed + 1), 0.1));
+  const Tensor y =
+      mul_scalar(add(matmul(x, w), mul_scalar(random_tensor({n, 1}, seed + 1), 0.1)), scale);
   const Tensor weights = add_scalar(abs(random_tensor({n, 1}, seed + 2)), 0.5);
   return {x, y, weights};
 }
@@ -655,10 +657,11 @@ TEST(TrainerLoop, BadOptionsNameTheOptionAndTheValidRange) {
 
 // precision: "bf16-mixed" trains the regression as far as "32-true" (within bf16's rounding of the
 // Linear's GEMM), not to the same bits. "16-mixed" starts with a loss scale (65536) that
-// overflows f16 in this model's backward GEMM: its first steps are skipped and counted
+// overflows f16 where the backward casts the output's gradient to f16 (the targets scaled 16
+// times, so that the first errors are large): its first steps are skipped and counted
 // (skipped_steps), the scale halves until they fit, and it then trains.
 TEST(TrainerLoop, MixedPrecisionTrainsLikeF32) {
-  TensorLoader train(regression_data(64, 1), 16), val(regression_data(32, 9), 16);
+  TensorLoader train(regression_data(64, 1, 16), 16), val(regression_data(32, 9, 16), 16);
   auto run = [&](const std::string& precision) {
     WeightedRegression m(sgd(0.05));
     TrainerOptions o = quiet_options();
@@ -688,7 +691,7 @@ TEST(TrainerLoop, MixedPrecisionTrainsLikeF32) {
 // interruption; had the scaler started again at its initial scale, the resumed run would skip its
 // first steps again.
 TEST(TrainerLoop, MixedPrecisionResumesWithTheLossScale) {
-  TensorLoader train(regression_data(64, 1), 16), val(regression_data(32, 9), 16);
+  TensorLoader train(regression_data(64, 1, 16), 16), val(regression_data(32, 9, 16), 16);
   const fs::path dir = temp_dir("resume-16-mixed");
   TrainerOptions o = quiet_options();
   o.precision = "16-mixed";
