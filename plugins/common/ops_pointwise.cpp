@@ -38,9 +38,17 @@ void launch_unary(const OpCall& call, Launcher& l, std::int32_t code, std::int32
   const bool backward = code >= kGeluBackward && code <= kSiluBackward;  // (grad, x)
   const Tensor& x = backward ? call.in(1) : call.in(0);
   const Tensor& y = call.out(0);
-  const bool pairs = word_pairs(y.dtype(), y.numel(),
-                                {x.offset(), y.offset(), backward ? call.in(0).offset() : 0});
-  Launch(l, "pointwise_unary", {code, mode, float_code(y.dtype()), pairs ? 1 : 0})
+  const std::int64_t g_offset = backward ? call.in(0).offset() : 0;
+  // Two 16-bit elements an invocation, or four f32 ones, where the sizes and offsets allow.
+  const bool pairs = word_pairs(y.dtype(), y.numel(), {x.offset(), y.offset(), g_offset});
+  const bool quads =
+      y.dtype() == DType::f32 && multiples_of_4({y.numel(), x.offset(), y.offset(), g_offset});
+  const std::int32_t per = quads ? 4 : pairs ? 2 : 1;
+  Launch(l, "pointwise_unary",
+         {code, mode, float_code(y.dtype()),
+          quads   ? 2
+          : pairs ? 1
+                  : 0})
       .in(x)
       .out(y)
       .in(backward ? call.in(0) : x)
@@ -48,7 +56,7 @@ void launch_unary(const OpCall& call, Launcher& l, std::int32_t code, std::int32
       .f(a)
       .f(b)
       .i(e)
-      .run(pairs ? y.numel() / 2 : y.numel());
+      .run(y.numel() / per);
 }
 
 template <std::int32_t kCode>

@@ -432,23 +432,27 @@ std::vector<Case> tessera::conformance::op_cases() {
                }});
   c.push_back({"dropout", OpId::dropout, [](Device& d) {
                  // x times dropout_mask's mask for x's shape: the same elements kept on every
-                 // device, NaN kept as NaN where dropped (torch's x * mask does the same).
-                 DropoutAttrs a;
-                 a.p = uniform(1, 0.2f, 0.7f)[0];
-                 a.seed = (std::uint64_t{rng()()} << 32) | rng()();
-                 Vec x = randn(2 * 1531);
-                 x[7] = std::numeric_limits<float>::quiet_NaN();
-                 const Vec y = dropout(Tensor::from(x, Shape{2, 1531}, &d), a).to_vector<float>();
-                 ASSERT_EQ(y.size(), x.size());
-                 EXPECT_TRUE(std::isnan(y[7]));
-                 Ref r(x.size());
-                 for (std::size_t i = 0; i < r.size(); ++i) {
-                   const bool keep = dropout_uniform(a.seed, static_cast<std::uint32_t>(i)) >= a.p;
-                   r[i] = i == 7 ? 0.0 : double(x[i] * (keep ? 1.0f / (1.0f - a.p) : 0.0f));
+                 // device, NaN kept as NaN where dropped (torch's x * mask does the same). Rows
+                 // of 1531 and of 1532 (the GPUs' four-a-invocation path).
+                 for (const std::int64_t cols : {1531, 1532}) {
+                   DropoutAttrs a;
+                   a.p = uniform(1, 0.2f, 0.7f)[0];
+                   a.seed = (std::uint64_t{rng()()} << 32) | rng()();
+                   Vec x = randn(2 * cols);
+                   x[7] = std::numeric_limits<float>::quiet_NaN();
+                   const Vec y = dropout(Tensor::from(x, Shape{2, cols}, &d), a).to_vector<float>();
+                   ASSERT_EQ(y.size(), x.size());
+                   EXPECT_TRUE(std::isnan(y[7]));
+                   Ref r(x.size());
+                   for (std::size_t i = 0; i < r.size(); ++i) {
+                     const bool keep =
+                         dropout_uniform(a.seed, static_cast<std::uint32_t>(i)) >= a.p;
+                     r[i] = i == 7 ? 0.0 : double(x[i] * (keep ? 1.0f / (1.0f - a.p) : 0.0f));
+                   }
+                   Vec finite = y;
+                   finite[7] = 0.0f;
+                   expect_close(finite, r);
                  }
-                 Vec finite = y;
-                 finite[7] = 0.0f;
-                 expect_close(finite, r);
                }});
   for (int variant = 0; variant < 4; ++variant)
     c.push_back({fmt::format("sgd_update_{}", variant), OpId::sgd_update, [=](Device& d) {

@@ -21,6 +21,8 @@ namespace {
 using Mask = std::vector<std::uint8_t>;
 
 const std::int64_t kSizes[] = {0, 1, 3, 127, 1025};
+// The unary ops' sizes: kSizes and a multiple of 4 (the GPUs' four-a-invocation f32 path).
+const std::int64_t kUnarySizes[] = {0, 1, 3, 127, 1024, 1025};
 
 void expect_close(const Vec& out, const Ref& ref, const std::string& what, double tol = 1e-5) {
   ASSERT_EQ(out.size(), ref.size()) << what;
@@ -125,7 +127,7 @@ Case unary_case(const Unary& u) {
                 if (std::fabs(v) < u.min_abs) v = std::copysign(std::fabs(v) + u.min_abs, v);
               return x;
             };
-            for (const std::int64_t n : kSizes) {
+            for (const std::int64_t n : kUnarySizes) {
               const Vec x = draw(n);
               check(x, on(d, x, {n}), fmt::format("[{}]", n));
             }
@@ -215,7 +217,7 @@ void add_unary_cases(std::vector<Case>& c) {
                  for (const float v : zero) EXPECT_EQ(v, 1.0f);
                }});
   c.push_back({"sign", OpId::sign, [](Device& d) {
-                 for (const std::int64_t n : kSizes) {
+                 for (const std::int64_t n : kUnarySizes) {
                    Vec x = randn(n);
                    for (std::size_t i = 0; i < x.size(); i += 3) x[i] = 0;  // sign(0) = 0
                    const Vec y = sign(on(d, x, {n})).to_vector<float>();
@@ -243,7 +245,7 @@ void add_unary_cases(std::vector<Case>& c) {
   for (const bool tanh_form : {false, true}) {
     c.push_back({tanh_form ? "gelu_tanh_backward" : "gelu_backward", OpId::gelu_backward,
                  [tanh_form](Device& d) {
-                   for (const std::int64_t n : kSizes) {
+                   for (const std::int64_t n : kUnarySizes) {
                      const Vec g = randn(n), x = uniform(n, -6, 6);
                      const Vec y =
                          gelu_backward(on(d, g, {n}), on(d, x, {n}), tanh_form ? "tanh" : "none")
@@ -256,7 +258,7 @@ void add_unary_cases(std::vector<Case>& c) {
                  }});
   }
   c.push_back({"silu_backward", OpId::silu_backward, [](Device& d) {
-                 for (const std::int64_t n : kSizes) {
+                 for (const std::int64_t n : kUnarySizes) {
                    const Vec g = randn(n), x = uniform(n, -8, 8);
                    const Vec y = silu_backward(on(d, g, {n}), on(d, x, {n})).to_vector<float>();
                    Ref r(x.size());
