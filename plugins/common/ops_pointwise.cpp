@@ -43,12 +43,9 @@ void launch_unary(const OpCall& call, Launcher& l, std::int32_t code, std::int32
   const bool pairs = word_pairs(y.dtype(), y.numel(), {x.offset(), y.offset(), g_offset});
   const bool quads =
       y.dtype() == DType::f32 && multiples_of_4({y.numel(), x.offset(), y.offset(), g_offset});
-  const std::int32_t per = quads ? 4 : pairs ? 2 : 1;
-  Launch(l, "pointwise_unary",
-         {code, mode, float_code(y.dtype()),
-          quads   ? 2
-          : pairs ? 1
-                  : 0})
+  const std::int32_t form = quads ? 2 : pairs ? 1 : 0;  // V3
+  const std::int64_t per = std::int64_t{1} << form;     // elements an invocation
+  Launch(l, "pointwise_unary", {code, mode, float_code(y.dtype()), form})
       .in(x)
       .out(y)
       .in(backward ? call.in(0) : x)

@@ -1,7 +1,8 @@
 #version 450
-// C = op(A) op(B) in f16 on matrix units (VK_NV_cooperative_matrix), f32 sums rounded once: the
-// Vulkan plugin's own kernel for matmul and bmm of f16 tensors where the device has them
-// (../../common/ops_gemm.cpp launches it as "gemm_coopmat" with gemm.tk's parameter words).
+// C = op(A) op(B) in f16 on matrix units (VK_NV_cooperative_matrix), f32 sums rounded once (or
+// kept, with a bias added: out_dtype f32): the Vulkan plugin's own kernel for matmul, bmm and
+// addmm of f16 tensors where the device has them (../../common/ops_gemm.cpp launches it as
+// "gemm_coopmat" with gemm.tk's parameter words).
 // Debian 12's glslang (11.13) compiles GL_NV_cooperative_matrix but not the KHR extension nor
 // bf16 types: the bf16 kernel ("gemm_coopmat_bf16") is this module's SPIR-V with its f16
 // fragments retyped bf16 and its matrix instructions in their KHR form (../spirv_bf16.h). So
