@@ -216,33 +216,52 @@ struct GemmSize {
 
 // matmul (addmm with |bias|) of |t| inputs, in |t| or with out_dtype f32 (|wide|: an f32 bias).
 Case matmul_case(DType t, GemmSize s, bool ta, bool tb, bool bias, bool wide = false) {
-  return {fmt::format("{}_{}{}_{}{}{}", bias ? "addmm" : "matmul", dtype_name(t),
-                      wide ? "_out_f32" : "", s.name, ta ? "T" : "N", tb ? "T" : "N"),
-          bias ? OpId::addmm : OpId::matmul, [=](Device& d) {
-            const std::int64_t m = s.m, n = s.n, k = s.k;
-            const Vec a = rounded(t, randn(m * k)), b = rounded(t, randn(k * n)),
-                      c = wide ? randn(n) : rounded(t, randn(n));
-            std::vector<double> ref(static_cast<std::size_t>(m * n));
-            for (std::int64_t i = 0; i < m; ++i)
-              for (std::int64_t j = 0; j < n; ++j) {
-                double sum = bias ? c[j] : 0.0;
-                for (std::int64_t p = 0; p < k; ++p)
-                  sum +=
-                      double(ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
-                ref[i * n + j] = sum;
-              }
-            const Tensor at = Tensor::from(a, ta ? Shape{k, m} : Shape{m, k}, &d).to(t);
-            const Tensor bt = Tensor::from(b, tb ? Shape{n, k} : Shape{k, n}, &d).to(t);
-            if (wide) {
-              const Tensor y = bias ? addmm(at, bt, Tensor::from(c, {n}, &d), ta, tb, DType::f32)
-                                    : matmul(at, bt, ta, tb, DType::f32);
-              expect_gemm_f32(t, y, ref);
-              return;
+  return {
+      fmt::format("{}_{}{}_{}{}{}", bias ? "addmm" : "matmul", dtype_name(t),
+                  wide ? "_out_f32" : "", s.name, ta ? "T" : "N", tb ? "T" : "N"),
+      bias ? OpId::addmm : OpId::matmul, [=](Device& d) {
+        const std::int64_t m = s.m, n = s.n, k = s.k;
+        const Vec a = rounded(t, randn(m * k)), b = rounded(t, randn(k * n)),
+                  c = wide ? randn(n) : rounded(t, randn(n));
+        std::vector<double> ref(static_cast<std::size_t>(m * n));
+        for (std::int64_t i = 0; i < m; ++i)
+          for (std::int64_t j = 0; j < n; ++j) {
+            double sum = bias ? c[j] : 0.0;
+            for (std::int64_t p = 0; p < k; ++p)
+              sum += double(ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
+            ref[i * n + j] = sum;
+          }
+        const Tensor at = Tensor::from(a, ta ? Shape{k, m} : Shape{m, k}, &d).to(t);
+        const Tensor bt = Tensor::from(b, tb ? Shape{n, k} : Shape{k, n}, &d).to(t);
+        if (wide) {
+          const Tensor y = bias ? addmm(at, bt, Tensor::from(c, {n}, &d), ta, tb, DType::f32)
+                                : matmul(at, bt, ta, tb, DType::f32);
+          expect_gemm_f32(t, y, ref);
+          // Refused before any kernel runs, saying what was wrong: a bias in the inputs'
+          // dtype with an f32 result, an out_dtype other than f32 or the inputs' own, and a
+          // 16-bit out_dtype for f32 inputs.
+          auto refused = [](auto f, const char* words) {
+            try {
+              (void)f();
+              ADD_FAILURE() << "accepted; expected an InvalidArgument saying " << words;
+            } catch (const InvalidArgument& e) {
+              EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
             }
-            const Tensor y = bias ? addmm(at, bt, Tensor::from(c, {n}, &d).to(t), ta, tb)
-                                  : matmul(at, bt, ta, tb);
-            expect_gemm(t, y, ref);
-          }};
+          };
+          const DType other = t == DType::f16 ? DType::bf16 : DType::f16;
+          if (bias)
+            refused(
+                [&] { return addmm(at, bt, Tensor::from(c, {n}, &d).to(t), ta, tb, DType::f32); },
+                "bias must have the result's dtype (f32)");
+          refused([&] { return matmul(at, bt, ta, tb, other); }, "out_dtype");
+          refused([&] { return matmul(at.to(DType::f32), bt.to(DType::f32), ta, tb, t); },
+                  "out_dtype");
+          return;
+        }
+        const Tensor y =
+            bias ? addmm(at, bt, Tensor::from(c, {n}, &d).to(t), ta, tb) : matmul(at, bt, ta, tb);
+        expect_gemm(t, y, ref);
+      }};
 }
 
 Case bmm_case(DType t, bool wide) {
