@@ -13,6 +13,11 @@
 #ifndef V3
 #define V3 0
 #endif
+// V0..V3 are constants here (specialization constants in GLSL), so a kernel's `V0 == 2 || V0 == 5`
+// has constant operands by design: clang-based compilers (PoCL) would warn about every one.
+#ifdef __clang__
+#pragma clang diagnostic ignored "-Wconstant-logical-operand"
+#endif
 
 // Words 0..7: element offsets of bindings 0..7; word 8: the number of work-groups; then P(i).
 typedef struct {
