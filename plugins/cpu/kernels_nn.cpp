@@ -105,6 +105,13 @@ void gemm_of(const OpCall& call, Context& ctx, float beta) {
        beta, out_ptr(call, 0), n);
 }
 
+// Each of the m rows of out [m, n] set to |row| (addmm's accumulators starting as its bias).
+void fill_rows(Context& ctx, const float* row, std::int64_t m, std::int64_t n, float* out) {
+  ctx.pool.parallel_for(m, row_grain(n), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) std::copy_n(row, n, out + r * n);
+  });
+}
+
 // matmul and addmm of f16 or bf16: f32 accumulators (addmm's start as the bias, in the result's
 // dtype), rounded once, or with out_dtype f32 the result itself.
 void gemm_half_of(const OpCall& call, Context& ctx) {
@@ -116,13 +123,9 @@ void gemm_half_of(const OpCall& call, Context& ctx) {
   std::vector<float> scratch(wide ? 0 : static_cast<std::size_t>(m * n));
   float* acc = wide ? out_ptr(call, 0) : scratch.data();
   const bool bias = call.op == OpId::addmm;
-  if (bias) {
-    const std::vector<float> row = wide ? std::vector<float>(in_ptr(call, 2), in_ptr(call, 2) + n)
-                                        : widen(ctx, t, in_ptr<std::uint16_t>(call, 2), n);
-    ctx.pool.parallel_for(m, row_grain(n), [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t r = r0; r < r1; ++r) std::copy_n(row.data(), n, acc + r * n);
-    });
-  }
+  if (bias && wide) fill_rows(ctx, in_ptr(call, 2), m, n, acc);
+  if (bias && !wide)
+    fill_rows(ctx, widen(ctx, t, in_ptr<std::uint16_t>(call, 2), n).data(), m, n, acc);
   gemm_half(ctx, t, at.trans_a, at.trans_b, m, n, k, in_ptr<std::uint16_t>(call, 0), a.dim(1),
             in_ptr<std::uint16_t>(call, 1), b.dim(1), bias ? 1.0f : 0.0f, acc, n);
   if (!wide) narrow(ctx, t, acc, out_ptr<std::uint16_t>(call, 0), m * n);
@@ -137,12 +140,7 @@ void matmul_kernel(const OpCall& call, Context& ctx) {
 // which saves the library's pass zeroing C (beta 0) and a separate pass adding the bias.
 void addmm_kernel(const OpCall& call, Context& ctx) {
   if (call.in(0).dtype() != DType::f32) return gemm_half_of(call, ctx);
-  const std::int64_t m = call.out(0).dim(0), n = call.out(0).dim(1);
-  const float* bias = in_ptr(call, 2);
-  float* c = out_ptr(call, 0);
-  ctx.pool.parallel_for(m, row_grain(n), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) std::copy_n(bias, n, c + r * n);
-  });
+  fill_rows(ctx, in_ptr(call, 2), call.out(0).dim(0), call.out(0).dim(1), out_ptr(call, 0));
   gemm_of(call, ctx, 1.0f);
 }
 
