@@ -420,6 +420,8 @@ bool op_computes_in_f32(OpId op) {
     case OpId::where:
     case OpId::masked_fill:
     case OpId::dropout:
+    case OpId::scaled_dot_product_attention:
+    case OpId::scaled_dot_product_attention_backward:
       return true;
     default:
       return false;

@@ -76,12 +76,14 @@ AttentionGrads scaled_dot_product_attention_backward(const Tensor& grad_out, con
   constexpr std::array<const char*, 3> names{"query", "key", "value"};
   for (std::size_t i = 0; i < 3; ++i) {
     if (!ins[i]->defined()) continue;  // the op names it
+    // The gradients' dtype: out_dtype (the rule checks it) or the input's.
+    const DType dtype = attrs.out_dtype.value_or(ins[i]->dtype());
     if (!outs[i]->defined() || !(outs[i]->shape() == ins[i]->shape()) ||
-        outs[i]->dtype() != ins[i]->dtype() || &outs[i]->device() != &ins[i]->device())
+        outs[i]->dtype() != dtype || &outs[i]->device() != &ins[i]->device())
       throw InvalidArgument(fmt::format(
           "scaled_dot_product_attention_backward: the gradient of {} must be written into a "
-          "tensor of its shape {} and dtype on its device, got {}",
-          names[i], ins[i]->shape().str(),
+          "tensor of its shape {} and dtype ({}) on its device, got {}",
+          names[i], ins[i]->shape().str(), dtype_name(dtype),
           outs[i]->defined() ? fmt::format("{} {} on {}", dtype_name(outs[i]->dtype()),
                                            outs[i]->shape().str(), outs[i]->device().id())
                              : std::string("an undefined tensor")));

@@ -57,13 +57,33 @@ Shape check_qkv(const OpCall& call, const Tensor& q, const Tensor& k, const Tens
   return batch;
 }
 
+bool is_16bit(DType t) {
+  return t == DType::f16 || t == DType::bf16;
+}
+
+// The dtype of out and of the backward's gradients: out_dtype (f32 for 16-bit inputs) or q's.
+DType attention_out_dtype(const OpCall& call, DType in) {
+  const std::optional<DType> want = call.attr<AttentionAttrs>().out_dtype;
+  if (!want || *want == in) return in;
+  require(*want == DType::f32 && is_16bit(in), call,
+          "out_dtype {} for {} inputs: pass f32 with f16 or bf16 inputs (out and the gradients "
+          "in f32), or leave it unset for the inputs' dtype",
+          dtype_name(*want), dtype_name(in));
+  return *want;
+}
+
+// lse is f32 for 16-bit inputs, else in their dtype.
+DType lse_dtype(DType in) {
+  return is_16bit(in) ? DType::f32 : in;
+}
+
 }  // namespace
 
 void infer_attention(const OpCall& call, std::span<TensorSpec> out) {
   const Tensor &q = call.in(0), &k = call.in(1), &v = call.in(2);
   const Shape batch = check_qkv(call, q, k, v);
-  out[0] = {with(batch, {q.dim(-2), v.dim(-1)}), q.dtype()};
-  out[1] = {with(batch, {q.dim(-2)}), q.dtype()};
+  out[0] = {with(batch, {q.dim(-2), v.dim(-1)}), attention_out_dtype(call, q.dtype())};
+  out[1] = {with(batch, {q.dim(-2)}), lse_dtype(q.dtype())};
 }
 
 void infer_attention_backward(const OpCall& call, std::span<TensorSpec> out) {
@@ -77,13 +97,15 @@ void infer_attention_backward(const OpCall& call, std::span<TensorSpec> out) {
   require(lse.shape() == with(batch, {q.dim(-2)}), call,
           "lse {} must have one value per query row, {}", lse.shape().str(),
           with(batch, {q.dim(-2)}).str());
-  require(grad.dtype() == q.dtype() && o.dtype() == q.dtype() && lse.dtype() == q.dtype(), call,
-          "grad_out, out and lse must have the dtype of query ({}), got {}, {} and {}",
-          dtype_name(q.dtype()), dtype_name(grad.dtype()), dtype_name(o.dtype()),
-          dtype_name(lse.dtype()));
-  out[0] = {q.shape(), q.dtype()};
-  out[1] = {k.shape(), q.dtype()};
-  out[2] = {v.shape(), q.dtype()};
+  const DType od = attention_out_dtype(call, q.dtype());
+  require(grad.dtype() == od && o.dtype() == od && lse.dtype() == lse_dtype(q.dtype()), call,
+          "grad_out, out and lse must have the forward's dtypes ({}, {} and {} for {} inputs), "
+          "got {}, {} and {}",
+          dtype_name(od), dtype_name(od), dtype_name(lse_dtype(q.dtype())), dtype_name(q.dtype()),
+          dtype_name(grad.dtype()), dtype_name(o.dtype()), dtype_name(lse.dtype()));
+  out[0] = {q.shape(), od};
+  out[1] = {k.shape(), od};
+  out[2] = {v.shape(), od};
 }
 
 }  // namespace tessera::rules

@@ -13,6 +13,10 @@
 // - kernels/attention_*.tk for every other shape: blocks of 64, 4 x 4 outputs per invocation,
 //   at most 128 output columns per kernel (wider heads take one launch per 128 columns), each
 //   backward kernel recomputing the probabilities from lse.
+// f16 and bf16 tensors run on the Vulkan plugin's matrix units (its shaders/attention_coopmat.comp:
+// the same three kernels with 16-bit products and f32 sums, blocks of 64, head dims up to 64 that
+// are multiples of 8) where the device has them (GpuTraits::coop_attention_*); elsewhere the
+// op's support says no and the dispatcher widens the call to f32 (op_computes_in_f32).
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
@@ -150,7 +154,157 @@ std::int64_t scratch_bytes() {
   return bytes;
 }
 
+// delta = rowsum(grad_out * out) per query row (kernels/attention_delta.tk): [rows], or with
+// |with_lse| [rows, 2] of (lse, delta).
+Tensor row_terms(Launcher& l, const Attn& g, const Tensor& grad, const Tensor& out,
+                 const Tensor& lse, bool with_lse) {
+  const std::int64_t rows = g.bh * g.l;
+  const Tensor t = with_lse ? Tensor::empty({rows, 2}, DType::f32, &l.device())
+                            : Tensor::empty({rows}, DType::f32, &l.device());
+  const DType dt = grad.dtype();
+  Launch(l, "attention_delta",
+         {with_lse ? 1 : 0, dt == DType::f16    ? 1
+                            : dt == DType::bf16 ? 2
+                                                : 0})
+      .in(grad)
+      .in(out)
+      .in(lse)
+      .out(t)
+      .i(rows)
+      .i(g.ev)
+      .run(rows);
+  return t;
+}
+
+// ----- f16 and bf16 on matrix units (the Vulkan plugin's shaders/attention_coopmat.comp) -----
+
+// The kernel's V0: which kernel, then its flags.
+constexpr std::int32_t kCoopForward = 0, kCoopKeys = 1, kCoopQueries = 2;
+constexpr std::int32_t kCoopBf16 = 4;    // the 16-bit type is bf16 (its rounding)
+constexpr std::int32_t kCoopWide = 8;    // out, grad_out and the gradients f32 (out_dtype f32)
+constexpr std::int64_t kCoopBlock = 64;  // rows of a work-group, keys of a tile
+constexpr std::int64_t kCoopSharedBytes = 2272 * 16;  // the kernel's shared array
+constexpr std::int64_t kCoopTileBytes = 64 * 64 * 2;  // one 16-bit dS tile
+
+bool is_16bit(DType t) {
+  return t == DType::f16 || t == DType::bf16;
+}
+
+// Heads per launch of the backward so that their dS tiles fit scratch_bytes(); 0 where one
+// head's do not (the call then is not taken: widened to f32).
+std::int64_t coop_heads_per_group(const Attn& g) {
+  const std::int64_t nq = blocks_of(g.l, kCoopBlock), nk = blocks_of(g.s, kCoopBlock);
+  const std::int64_t limit = scratch_bytes();
+  const std::int64_t row_bytes = nk <= limit / kCoopTileBytes ? nk * kCoopTileBytes : 0;
+  const std::int64_t head_bytes = row_bytes != 0 && nq <= limit / row_bytes ? nq * row_bytes : 0;
+  return head_bytes != 0 ? std::min(g.bh, limit / head_bytes) : 0;
+}
+
+// Whether the matrix-unit kernels take this call: q, k, v in f16 or bf16 where the device runs
+// them, head dims up to 64 that are multiples of 8, every 16-bit tensor's offset a multiple of 8
+// elements and every f32 one's of 4 (16-byte loads and stores), the shared array within the
+// device's limit, and for the backward, one head's dS tiles within the scratch limit.
+bool coop_takes(const OpCall& call, const GpuTraits& traits) {
+  const bool forward = call.op == OpId::scaled_dot_product_attention;
+  const Tensor& q = call.in(forward ? 0 : 1);
+  if (!(q.dtype() == DType::f16    ? traits.coop_attention_f16
+        : q.dtype() == DType::bf16 ? traits.coop_attention_bf16
+                                   : false))
+    return false;
+  const Attn g = forward ? attn(call, call.in(0), call.in(1), call.in(2))
+                         : attn(call, call.in(1), call.in(2), call.in(3));
+  if (g.e == 0 || g.ev == 0 || g.e > 64 || g.ev > 64 || g.e % 8 != 0 || g.ev % 8 != 0 ||
+      traits.max_shared_bytes < kCoopSharedBytes)
+    return false;
+  auto aligned = [](const Tensor& t) { return t.offset() % (is_16bit(t.dtype()) ? 8 : 4) == 0; };
+  for (int i = 0; i < call.num_inputs; ++i)
+    if (!aligned(call.in(i))) return false;
+  for (int i = 0; i < call.num_outputs; ++i)
+    if (!aligned(call.out(i))) return false;
+  return forward || coop_heads_per_group(g) > 0;
+}
+
+// The words of the matrix-unit kernels (the register-tiled kernels' P(0)..P(12)).
+Launch& coop_words(Launch& launch, const Attn& g, std::int64_t nq, std::int64_t nk, Heads h) {
+  return launch.i(g.l)
+      .i(g.s)
+      .i(g.e)
+      .i(g.ev)
+      .f(g.scale)
+      .i(g.causal)
+      .f(g.p)
+      .i(g.key)
+      .f(g.keep)
+      .i(nq)
+      .i(nk)
+      .i(h.count)
+      .i(h.first)
+      .group(128);
+}
+
+std::string_view coop_kernel(DType t) {
+  return t == DType::bf16 ? "attention_coopmat_bf16" : "attention_coopmat";
+}
+
+std::int32_t coop_flags(DType in, DType out) {
+  return (in == DType::bf16 ? kCoopBf16 : 0) | (out == DType::f32 ? kCoopWide : 0);
+}
+
+void coop_attention(const OpCall& call, Launcher& l) {
+  const Tensor &q = call.in(0), &out = call.out(0);
+  const Attn g = attn(call, q, call.in(1), call.in(2));
+  const std::int64_t nq = blocks_of(g.l, kCoopBlock), nk = blocks_of(g.s, kCoopBlock);
+  Launch launch(l, coop_kernel(q.dtype()), {kCoopForward | coop_flags(q.dtype(), out.dtype())});
+  launch.label("attention_coopmat forward")
+      .in(q)
+      .in(call.in(1))
+      .in(call.in(2))
+      .out(out)
+      .out(call.out(1));
+  coop_words(launch, g, nq, nk, {0, g.bh}).groups(g.bh * nq);
+}
+
+void coop_attention_backward(const OpCall& call, Launcher& l) {
+  const Tensor &grad = call.in(0), &q = call.in(1), &k = call.in(2), &v = call.in(3);
+  const Attn g = attn(call, q, k, v);
+  const Tensor stats = row_terms(l, g, grad, call.in(4), call.in(5), true);
+  const std::int64_t nq = blocks_of(g.l, kCoopBlock), nk = blocks_of(g.s, kCoopBlock);
+  const std::int64_t per = coop_heads_per_group(g);  // > 0: coop_takes
+  const Tensor tiles =
+      Tensor::empty({per * nq * nk * kCoopBlock * kCoopBlock}, q.dtype(), &l.device());
+  const std::int32_t flags = coop_flags(q.dtype(), grad.dtype());
+  for (std::int64_t h0 = 0; h0 < g.bh; h0 += per) {
+    const Heads h{h0, std::min(per, g.bh - h0)};
+    Launch kv(l, coop_kernel(q.dtype()), {kCoopKeys | flags});
+    kv.label("attention_coopmat backward dk dv")
+        .in(q)
+        .in(k)
+        .in(v)
+        .in(grad)
+        .in(stats)
+        .out(call.out(1))
+        .out(call.out(2))
+        .out(tiles);
+    coop_words(kv, g, nq, nk, h).groups(h.count * nk);
+    Launch dq(l, coop_kernel(q.dtype()), {kCoopQueries | flags});
+    dq.label("attention_coopmat backward dq").in(k).in(tiles).out(call.out(0));
+    coop_words(dq, g, nq, nk, h).groups(h.count * nq);
+  }
+}
+
+// f32 calls as gpu_supports says; f16 and bf16 ones where the matrix units take them (else the
+// dispatcher runs them widened to f32).
+Support attention_supports(const OpCall& call, const GpuTraits& traits) {
+  const Tensor& q = call.in(call.op == OpId::scaled_dot_product_attention ? 0 : 1);
+  if (!is_16bit(q.dtype())) return gpu_supports(call);
+  if (coop_takes(call, traits)) return gpu_supports_of(call, true);
+  return Support::no(
+      "f16 and bf16 attention runs on the Vulkan plugin's matrix units, for head dims up to 64 "
+      "that are multiples of 8; elsewhere in f32");
+}
+
 void attention(const OpCall& call, Launcher& l) {
+  if (is_16bit(call.in(0).dtype())) return coop_attention(call, l);
   const Attn g = attn(call, call.in(0), call.in(1), call.in(2));
   if (const Tiling t = tiled_block(g, {&call.in(0), &call.in(1), &call.in(2), &call.out(0)}, l);
       t.bk != 0) {
@@ -187,27 +341,10 @@ void attention(const OpCall& call, Launcher& l) {
   }
 }
 
-// delta = rowsum(grad_out * out) per query row (kernels/attention_delta.tk): [rows], or with
-// |with_lse| [rows, 2] of (lse, delta).
-Tensor row_terms(Launcher& l, const Attn& g, const Tensor& grad, const Tensor& out,
-                 const Tensor& lse, bool with_lse) {
-  const std::int64_t rows = g.bh * g.l;
-  const Tensor t = with_lse ? Tensor::empty({rows, 2}, DType::f32, &l.device())
-                            : Tensor::empty({rows}, DType::f32, &l.device());
-  Launch(l, "attention_delta", {with_lse ? 1 : 0})
-      .in(grad)
-      .in(out)
-      .in(lse)
-      .out(t)
-      .i(rows)
-      .i(g.ev)
-      .run(rows);
-  return t;
-}
-
 void attention_backward(const OpCall& call, Launcher& l) {
   const Tensor &grad = call.in(0), &q = call.in(1), &k = call.in(2), &v = call.in(3);
   const Tensor &out = call.in(4), &lse = call.in(5);
+  if (is_16bit(q.dtype())) return coop_attention_backward(call, l);
   const Attn g = attn(call, q, k, v);
   if (const Tiling t =
           tiled_block(g, {&grad, &q, &k, &v, &call.out(0), &call.out(1), &call.out(2)}, l);
@@ -311,8 +448,8 @@ void check_attention_environment() {
 }
 
 void add_attention_ops(PortableOps& ops) {
-  ops.add(OpId::scaled_dot_product_attention, attention);
-  ops.add(OpId::scaled_dot_product_attention_backward, attention_backward);
+  ops.add(OpId::scaled_dot_product_attention, attention, attention_supports);
+  ops.add(OpId::scaled_dot_product_attention_backward, attention_backward, attention_supports);
 }
 
 }  // namespace tessera::common

@@ -65,6 +65,12 @@ void PortableOps::add(OpId op, void (*run)(const OpCall&, Launcher&),
   ops_.push_back({op, run, supports ? supports : gpu_supports});
 }
 
+void PortableOps::add(OpId op, void (*run)(const OpCall&, Launcher&),
+                      Support (*supports_on)(const OpCall&, const GpuTraits&)) {
+  add(op, run);
+  ops_.back().supports_on = supports_on;
+}
+
 void throw_duplicate_kernel(OpId op) {
   throw BackendError(fmt::format(
       "{} has a kernel in the plugin and one in the portable layer; remove one", op_name(op)));
@@ -80,7 +86,7 @@ Support PortableKernel::supports(const OpCall& call) const {
       if (half(call.out(i)))
         return Support::no("f16 and bf16 need 16-bit storage, which this device lacks");
   }
-  return op_.supports(call);
+  return op_.supports_on ? op_.supports_on(call, launcher_.traits()) : op_.supports(call);
 }
 
 const PortableOps& portable_ops() {

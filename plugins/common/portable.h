@@ -49,6 +49,11 @@ struct GpuTraits {
   // And its bf16 form (the same kernel's SPIR-V rewritten for VK_KHR_cooperative_matrix with
   // bf16 fragments: the plugin's spirv_bf16.h), launched as "gemm_coopmat_bf16".
   bool coop_bf16 = false;
+  // The Vulkan plugin's attention kernels on matrix units (its shaders/attention_coopmat.comp,
+  // which also needs subgroup shuffles) run here for f16, and for bf16 (launched as
+  // "attention_coopmat_bf16", rewritten as the GEMM's).
+  bool coop_attention_f16 = false;
+  bool coop_attention_bf16 = false;
   // The GEMM's largest tiles (128 x 128) stage K through one shared buffer instead of two: the
   // device's compiler gives the two-buffer kernel registers enough that fewer work-groups share
   // a compute unit (NVIDIA's Vulkan compiler: 157 registers against 116, so one 256-invocation
@@ -91,6 +96,13 @@ class Launch {
     shared_floats_ = floats;
     return *this;
   }
+  // The name profiles give this dispatch (Profiler, tessera-bench --profile): the kernel's unless
+  // set, for a kernel whose variants are different kernels. |name| must outlive the launch (a
+  // literal).
+  Launch& label(std::string_view name) {
+    label_ = name;
+    return *this;
+  }
   // Invocations per work-group (GSIZE); 256 unless set.
   Launch& group(std::int32_t size) {
     group_size_ = size;
@@ -108,6 +120,7 @@ class Launch {
     bool write;
   };
   std::string_view kernel() const { return kernel_; }
+  std::string_view label() const { return label_.empty() ? kernel_ : label_; }
   std::span<const std::int32_t> variant() const { return variant_; }
   std::span<const Binding> bindings() const { return {bindings_.data(), num_bindings_}; }
   // All words the kernel reads: kWordsOffset offsets, then the parameters.
@@ -123,6 +136,7 @@ class Launch {
   Launch& bind(const Tensor& t, bool write);
   Launcher& launcher_;
   std::string_view kernel_;
+  std::string_view label_;
   std::array<std::int32_t, kMaxVariants> variant_{};
   std::array<Binding, kMaxBindings> bindings_{};
   std::size_t num_bindings_ = 0;
@@ -150,6 +164,9 @@ struct PortableOp {
   OpId op;
   void (*run)(const OpCall& call, Launcher& launcher);
   Support (*supports)(const OpCall& call);
+  // Where set, asked instead of |supports|: an op whose support depends on the device (its
+  // traits).
+  Support (*supports_on)(const OpCall& call, const GpuTraits& traits) = nullptr;
 };
 
 // The table every GPU plugin installs. Each group of ops adds its own (ops_*.cpp); add() throws
@@ -158,6 +175,8 @@ class PortableOps {
  public:
   void add(OpId op, void (*run)(const OpCall&, Launcher&),
            Support (*supports)(const OpCall&) = nullptr);
+  void add(OpId op, void (*run)(const OpCall&, Launcher&),
+           Support (*supports_on)(const OpCall&, const GpuTraits&));
   std::span<const PortableOp> ops() const { return ops_; }
 
  private:

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "kernels.h"
 
 namespace tessera::cpu {
@@ -280,13 +282,23 @@ void attention_backward_kernel(const OpCall& call, Context& ctx) {
   });
 }
 
+// Every tensor f32 (the backward's grad_out may be f32 beside 16-bit inputs: out_dtype f32):
+// f16 and bf16 calls run widened to f32 (op.h's op_computes_in_f32).
+Support attention_supports(const OpCall& call) {
+  for (int i = 0; i < call.num_inputs; ++i)
+    if (call.in(i).dtype() != DType::f32)
+      return Support::no(
+          fmt::format("dtype {} is not supported (f32 only)", dtype_name(call.in(i).dtype())));
+  return f32_only(call);
+}
+
 }  // namespace
 
 void register_attention(KernelTable& t, Context& ctx) {
   t[static_cast<std::size_t>(OpId::scaled_dot_product_attention)] =
-      std::make_unique<CpuKernel>(ctx, attention_kernel, f32_only);
+      std::make_unique<CpuKernel>(ctx, attention_kernel, attention_supports);
   t[static_cast<std::size_t>(OpId::scaled_dot_product_attention_backward)] =
-      std::make_unique<CpuKernel>(ctx, attention_backward_kernel, f32_only);
+      std::make_unique<CpuKernel>(ctx, attention_backward_kernel, attention_supports);
 }
 
 }  // namespace tessera::cpu

@@ -41,7 +41,7 @@ void OpenclLauncher::launch(const common::Launch& l) {
   const auto group = static_cast<std::size_t>(l.group_size());
   const std::size_t global[2] = {grid[0] * group, grid[1]};
   const std::size_t local[2] = {group, 1};
-  ctx_.queue.enqueue_kernel(l.kernel(), k, global, local);
+  ctx_.queue.enqueue_kernel(l.label(), k, global, local);
 }
 
 }  // namespace tessera::opencl

@@ -178,18 +178,18 @@ bool has_bf16_coop_shape(VkInstance instance, VkPhysicalDevice physical) {
   return found;
 }
 
-// The f16 GEMM's SPIR-V rewritten for bf16 (spirv_bf16.h), or nothing where the rewrite refuses
-// it (it does not for the kernel this plugin embeds: the test suite checks; this keeps a refusal
-// from reaching a user's matmul). Made once, when the device opens; Pipelines takes it from
-// there.
-std::vector<std::uint32_t> bf16_kernel() {
-  const auto f16 = embedded_file("gemm_coopmat.spv");
+// A matrix-unit kernel's SPIR-V (shaders/NAME.comp, f16) rewritten for bf16 (spirv_bf16.h), or
+// nothing where the rewrite refuses it (it does not for the kernels this plugin embeds: the test
+// suite checks; this keeps a refusal from reaching a user's op, which then takes the portable
+// kernels). Made once, when the device opens; Pipelines takes it from there.
+std::vector<std::uint32_t> bf16_kernel(std::string_view name) {
+  const auto f16 = embedded_file(fmt::format("{}.spv", name));
   std::vector<std::uint32_t> words(f16.size() / 4);
   std::memcpy(words.data(), f16.data(), words.size() * 4);
   try {
     return coopmat_nv_to_khr(words, true);
   } catch (const BackendError& e) {
-    log().debug("bf16 GEMMs take gemm.tk: {}", e.what());
+    log().debug("{} has no bf16 form: {}", name, e.what());
     return {};
   }
 }
@@ -254,8 +254,9 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   // same shape in bf16.
   if (coop_f16_ && bf16_khr && fck.cooperativeMatrix && fbf.shaderBFloat16Type &&
       fbf.shaderBFloat16CooperativeMatrix && has_bf16_coop_shape(instance, physical))
-    coop_bf16_spirv_ = bf16_kernel();
-  const bool coop_bf16 = !coop_bf16_spirv_.empty();
+    for (const char* name : {"gemm_coopmat", "attention_coopmat"})
+      if (auto words = bf16_kernel(name); !words.empty()) coop_bf16_spirv_[name] = std::move(words);
+  const bool coop_bf16 = coop_bf16_spirv_.contains("gemm_coopmat");
   if (bf16_khr)
     log().debug(
         "{}: bf16 matrix units: cooperativeMatrix {}, shaderBFloat16Type {}, "
@@ -405,6 +406,12 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   traits.storage16 = storage16_;
   traits.coop_f16 = coop_f16_ && sub.subgroupSize == 32;
   traits.coop_bf16 = coop_bf16 && sub.subgroupSize == 32;
+  // The attention kernels also exchange row statistics between lanes (subgroupShuffleXor).
+  const bool shuffle = (sub.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0 &&
+                       (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
+  traits.coop_attention_f16 = traits.coop_f16 && shuffle;
+  traits.coop_attention_bf16 =
+      traits.coop_bf16 && shuffle && coop_bf16_spirv_.contains("attention_coopmat");
   traits.gemm_one_buffer = props_.vendorID == 0x10de;
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);

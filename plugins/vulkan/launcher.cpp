@@ -30,7 +30,7 @@ void VulkanLauncher::launch(const common::Launch& l) {
   const std::string shader = fmt::format("{}.tk", l.kernel());
   const VkPipeline p = device_.pipelines().get(shader, spec);
   const auto grid = l.grid();
-  device_.vk_queue_object().dispatch(l.kernel(), p, std::span(bindings.data(), b.size()), l.words(),
+  device_.vk_queue_object().dispatch(l.label(), p, std::span(bindings.data(), b.size()), l.words(),
                                      {grid[0], grid[1], 1});
 }
 

@@ -155,10 +155,10 @@ VkPipeline Pipelines::get(std::string_view shader, std::span<const std::int32_t>
   if (module == modules_.end()) {
     auto code = embedded_file(fmt::format("{}.spv", shader));
     // A kernel the portable layer launches that this plugin writes itself (shaders/NAME.comp,
-    // embedded as NAME.spv): the matrix-unit GEMM; its bf16 form, rewritten from its SPIR-V
-    // when the device opened (spirv_bf16.h).
-    if (shader == "gemm_coopmat_bf16.tk") {
-      const auto words = dev_.coop_bf16_spirv();
+    // embedded as NAME.spv): the matrix-unit GEMM and attention; their bf16 forms (NAME_bf16),
+    // rewritten from their SPIR-V when the device opened (spirv_bf16.h).
+    if (shader.ends_with("_bf16.tk")) {
+      const auto words = dev_.coop_bf16_spirv(std::string(shader.substr(0, shader.size() - 8)));
       code = {reinterpret_cast<const unsigned char*>(words.data()), words.size_bytes()};
     }
     if (code.empty() && shader.ends_with(".tk"))

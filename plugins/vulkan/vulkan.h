@@ -261,8 +261,12 @@ class VulkanDevice final : public Device {
   // Whether pipelines capture the compiler's statistics for the log (VK_KHR_pipeline_executable_
   // properties, enabled at log level debug only).
   bool pipeline_statistics() const { return exec_stats_; }
-  // The bf16 matrix-unit GEMM's SPIR-V, made when the device opened (empty: no bf16 matrix units).
-  std::span<const std::uint32_t> coop_bf16_spirv() const { return coop_bf16_spirv_; }
+  // The bf16 form of the matrix-unit kernel |name| (shaders/NAME.comp: "gemm_coopmat",
+  // "attention_coopmat"), made when the device opened (empty: no bf16 matrix units).
+  std::span<const std::uint32_t> coop_bf16_spirv(const std::string& name) const {
+    const auto it = coop_bf16_spirv_.find(name);
+    return it == coop_bf16_spirv_.end() ? std::span<const std::uint32_t>() : it->second;
+  }
   // Free bytes of |heap| as the driver reports them (VK_EXT_memory_budget), or -1 when unknown.
   std::int64_t heap_budget(std::uint32_t heap) const;
 
@@ -277,9 +281,9 @@ class VulkanDevice final : public Device {
   bool timeline_ = false;
   bool storage16_ = false;  // storageBuffer16BitAccess enabled
   bool coop_f16_ = false;   // VK_NV_cooperative_matrix enabled for f16 GEMMs
-  // The bf16 matrix-unit GEMM's SPIR-V (spirv_bf16.h), where VK_KHR_cooperative_matrix with bf16
-  // is enabled for it; empty elsewhere.
-  std::vector<std::uint32_t> coop_bf16_spirv_;
+  // The matrix-unit kernels' bf16 SPIR-V (spirv_bf16.h) by name, where VK_KHR_cooperative_matrix
+  // with bf16 is enabled for them; empty elsewhere.
+  std::map<std::string, std::vector<std::uint32_t>> coop_bf16_spirv_;
   std::uint32_t timestamp_bits_ = 0;
   bool exec_stats_ = false;
   VkDeviceSize max_buffer_ = 0;

@@ -11,6 +11,7 @@
 
 #include "cases.h"
 #include "gradcheck.h"
+#include "tessera/half.h"
 #include "tessera/tessera.h"
 #include "tessera/train/autograd.h"
 
@@ -171,6 +172,50 @@ void check_problem(Device& d, Problem pb) {
   expect_close_floored(math.to_vector<float>(), ref.out, 2e-5, "math form");
 }
 
+// |x| rounded to |dtype| (f16 or bf16) and back, as a 16-bit tensor of it holds it.
+Vec rounded(const Vec& x, DType dtype) {
+  Vec r(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    r[i] = dtype == DType::f16 ? f16_to_f32(f32_to_f16(x[i])) : bf16_to_f32(f32_to_bf16(x[i]));
+  return r;
+}
+
+// The fused op on f16 or bf16 q, k, v: out and the gradients in that dtype, or in f32 with
+// |wide| (out_dtype f32, autocast's form, grad_out then f32 too), lse f32; against the reference
+// on the rounded inputs. Kernels on matrix units round the probabilities and dS to the dtype
+// before their products (op.h): the tolerances are the dtype's, a few of its roundings.
+void check_problem_16(Device& d, Problem pb, DType dtype, bool wide) {
+  DeviceGuard guard(d);
+  pb.seed = (std::uint64_t{rng()()} << 32) | rng()();
+  const Vec q = rounded(randn(pb.q_shape().numel()), dtype);
+  const Vec k = rounded(randn(pb.k_shape().numel()), dtype);
+  const Vec v = rounded(randn(pb.v_shape().numel()), dtype);
+  const Vec g = wide ? randn(pb.o_shape().numel()) : rounded(randn(pb.o_shape().numel()), dtype);
+  const Reference ref = reference(pb, q, k, v, &g);
+  const Tensor tq = on(d, q, pb.q_shape()).to(dtype), tk = on(d, k, pb.k_shape()).to(dtype),
+               tv = on(d, v, pb.v_shape()).to(dtype);
+  AttentionAttrs attrs = pb.attrs();
+  if (wide) attrs.out_dtype = DType::f32;
+  const DType od = wide ? DType::f32 : dtype;
+  const auto [out, lse] = scaled_dot_product_attention_forward(tq, tk, tv, attrs);
+  ASSERT_EQ(out.dtype(), od);
+  ASSERT_EQ(lse.dtype(), DType::f32);
+  const double tol = dtype == DType::bf16 ? 2e-2 : 4e-3;
+  expect_close_floored(out.to(DType::f32).to_vector<float>(), ref.out, tol, "out");
+  expect_close_floored(lse.to_vector<float>(), ref.lse, 1e-4, "lse");
+  const AttentionGrads grads = scaled_dot_product_attention_backward(on(d, g, pb.o_shape()).to(od),
+                                                                     tq, tk, tv, out, lse, attrs);
+  ASSERT_EQ(grads.query.dtype(), od);
+  ASSERT_EQ(grads.key.dtype(), od);
+  ASSERT_EQ(grads.value.dtype(), od);
+  const double floor = 1e-2 * std::max(rms(ref.dv), 1.0);
+  expect_close_floored(grads.query.to(DType::f32).to_vector<float>(), ref.dq, 2 * tol, "grad_q",
+                       floor);
+  expect_close_floored(grads.key.to(DType::f32).to_vector<float>(), ref.dk, 2 * tol, "grad_k",
+                       floor);
+  expect_close_floored(grads.value.to(DType::f32).to_vector<float>(), ref.dv, tol, "grad_v", 1e-2);
+}
+
 std::vector<Problem> problems() {
   // Batch dims of rank 0, 1 and 2; L = 1, 3, 127; S != L both ways; E = 64 and an odd 24.
   std::vector<Problem> base = {
@@ -212,6 +257,23 @@ std::vector<Case> tessera::conformance::attention_op_cases() {
   std::vector<Case> c;
   for (const Problem& p : problems())
     c.push_back({"attention_" + p.name(), kOp, [p](Device& d) { check_problem(d, p); }});
+  // 16-bit: shapes the matrix units take (head dims multiples of 8 up to 64; edges of L and S;
+  // dropout; several tiles of keys and queries) and one they do not (Ev 33: widened to f32).
+  {
+    std::vector<Problem> half = {{{2, 3}, 5, 7, 24, 24, true},
+                                 {{1, 2}, 127, 50, 64, 64},
+                                 {{2, 3}, 67, 65, 24, 16, true, 0.3f},
+                                 {{2}, 130, 130, 64, 64, true},
+                                 {{}, 40, 130, 16, 33, true}};
+    for (const DType dt : {DType::f16, DType::bf16})
+      for (std::size_t i = 0; i < half.size(); ++i) {
+        const bool wide = i % 2 == 0;
+        c.push_back({fmt::format("attention_{}{}_{}", dtype_name(dt), wide ? "_out_f32" : "",
+                                 half[i].name()),
+                     kOp,
+                     [p = half[i], dt, wide](Device& d) { check_problem_16(d, p, dt, wide); }});
+      }
+  }
   c.push_back({"attention_transposed_views", kOp, [](Device& d) {
                  // q, k, v as [B, T, H, E] tensors transposed to [B, H, T, E] (strided views,
                  // as a model splits heads); grad_out likewise.
@@ -253,6 +315,14 @@ std::vector<Case> tessera::conformance::attention_op_cases() {
          const Tensor k1 = on(d, randn(3 * 4 * 8), {3, 4, 8});
          EXPECT_THROW((void)scaled_dot_product_attention(q, k1, k1), InvalidArgument);
          EXPECT_THROW((void)scaled_dot_product_attention(q, q, q, 1.0), InvalidArgument);
+         // out_dtype: f32 for 16-bit inputs only, never a 16-bit dtype other than theirs.
+         AttentionAttrs wide;
+         wide.out_dtype = DType::bf16;
+         EXPECT_THROW((void)scaled_dot_product_attention_forward(q, q, q, wide), InvalidArgument);
+         wide.out_dtype = DType::f16;
+         EXPECT_THROW((void)scaled_dot_product_attention_forward(
+                          q.to(DType::bf16), q.to(DType::bf16), q.to(DType::bf16), wide),
+                      InvalidArgument);
          try {
            (void)scaled_dot_product_attention(q, k, k);
          } catch (const InvalidArgument& e) {

@@ -20,8 +20,8 @@ namespace {
 using tessera::vulkan::coopmat_nv_to_khr;
 using Words = std::vector<std::uint32_t>;
 
-Words read_module() {
-  std::ifstream f(TESSERA_COOPMAT_SPV, std::ios::binary);
+Words read_module(const char* path = TESSERA_COOPMAT_SPV) {
+  std::ifstream f(path, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   Words w(bytes.size() / 4);
   std::memcpy(w.data(), bytes.data(), w.size() * 4);
@@ -160,6 +160,52 @@ TEST(SpirvBf16, RewritesTheMatrixUnitGemm) {
     }
   }
   EXPECT_GT(loads, 0);
+}
+
+// The attention kernels (shaders/attention_coopmat.comp): every NV matrix instruction becomes its
+// KHR form, the products take bf16 A and B fragments (16 x 16) and f32 sums, and each matrix
+// load carries a layout constant.
+TEST(SpirvBf16, RewritesTheMatrixUnitAttention) {
+  const Words nv = read_module(TESSERA_ATTENTION_SPV);
+  ASSERT_GT(nv.size(), 5u) << TESSERA_ATTENTION_SPV;
+  const Words khr = coopmat_nv_to_khr(nv, true);
+  std::map<std::uint32_t, int> before, after;
+  for (const Inst& i : parse(nv)) ++before[i.op];
+  const auto insts = parse(khr);
+  for (const Inst& i : insts) ++after[i.op];
+  for (std::uint32_t op = 5359; op <= 5362; ++op) {
+    EXPECT_EQ(after[op], 0) << op;
+    EXPECT_EQ(after[op - 5358 + 4456], before[op]) << op;
+  }
+  EXPECT_EQ(after[5358], 0);
+  EXPECT_GT(after[4459], 0);  // products
+  std::map<std::uint32_t, std::uint32_t> consts, use, type_of;
+  std::uint32_t half = 0;
+  for (const Inst& i : insts) {
+    if (i.op == 43 && i.w.size() == 3) consts[i.w[1]] = i.w[2];
+    if (i.op == 22 && i.w[1] == 16) half = i.w[0];
+    if (i.op == 4456) use[i.w[0]] = consts[i.w[5]];
+    if (i.op == 61 || i.op == 4457 || i.op == 4459) type_of[i.w[1]] = i.w[0];
+  }
+  for (const Inst& i : insts) {
+    if (i.op == 4456) {
+      const std::uint32_t u = consts[i.w[5]];
+      EXPECT_EQ(consts[i.w[3]], 16u);
+      EXPECT_EQ(consts[i.w[4]], 16u);
+      EXPECT_EQ(i.w[1] == half, u != 2) << "use " << u;  // bf16 operands, f32 sums
+    }
+    if (i.op == 4459) {
+      EXPECT_EQ(use[i.w[0]], 2u);
+      EXPECT_EQ(use[type_of[i.w[2]]], 0u);
+      EXPECT_EQ(use[type_of[i.w[3]]], 1u);
+    }
+    if (i.op == 4457) {
+      ASSERT_GE(i.w.size(), 5u);
+      ASSERT_TRUE(consts.contains(i.w[3]));
+      EXPECT_LE(consts[i.w[3]], 1u);
+    }
+  }
+  EXPECT_NE(half, 0u);
 }
 
 // A minimal module: header, capabilities, the extension, then |body|.

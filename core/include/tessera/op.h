@@ -238,11 +238,15 @@ struct GeluAttrs {
 // reads attention_scale()). Dropout zeroes probability (i, j) of the row-major flat
 // [..., L, S] index n when dropout_uniform(seed, n) < dropout_p and scales the rest by
 // 1/(1-dropout_p), so every device drops the same entries.
+// With f16 or bf16 inputs lse is f32 (as FlashAttention's logsumexp), and out_dtype f32 gives out
+// and the backward's three gradients in f32 (their sums, not rounded; MatmulAttrs::out_dtype's
+// rule: autocast's attention); nullopt or the inputs' dtype keeps them in it.
 struct AttentionAttrs {
   bool is_causal = false;
   std::optional<float> scale;
   float dropout_p = 0;
   std::uint64_t seed = 0;
+  std::optional<DType> out_dtype;
 };
 
 // --- reductions, normalisation, losses, optimizers ---
@@ -446,9 +450,12 @@ std::span<const OpDef> op_defs();
 bool op_from_name(std::string_view name, OpId& out);
 // Whether |op|'s result for f16 and bf16 tensors is defined as its f32 result on the widened
 // inputs, rounded once to the output's dtype (as torch computes these ops in f32 internally): the
-// element-wise math, comparisons, selection, reductions and softmax ops, and their backwards. A
-// device whose kernel takes such a call only in f32 runs it in f32 on the same device through
-// casts (Dispatcher::run); a kernel may take the 16-bit call itself, with the same result.
+// element-wise math, comparisons, selection, reductions and softmax ops, scaled dot-product
+// attention, and their backwards. A device whose kernel takes such a call only in f32 runs it in
+// f32 on the same device through casts (Dispatcher::run); a kernel may take the 16-bit call
+// itself, with the same result, except that attention on matrix units rounds its probabilities
+// (and the backward its dS) to the inputs' dtype before multiplying them, as FlashAttention does:
+// within that dtype's precision of the widened result.
 bool op_computes_in_f32(OpId op);
 inline std::string_view op_name(OpId op) {
   return op_def(op).name;
