@@ -1,6 +1,6 @@
-// Mixed precision: the autocast scope (matmul, linear and bmm in f16/bf16 with gradients through
-// the casts), the differentiable cast, GradScaler's scaling, skipping and growth, and the
-// Trainer's precision option, on every device.
+// Mixed precision: the autocast scope (matmul, linear, bmm and attention in f16/bf16 with
+// gradients through the casts), the differentiable cast, GradScaler's scaling, skipping and growth,
+// and the Trainer's precision option, on every device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -141,6 +141,50 @@ TEST(Autocast, ProductsAndGradientsKeepTheirF32Sums) {
       for (std::size_t i = 0; i < pairs.size(); ++i) {
         EXPECT_EQ(pairs[i].first.dtype(), DType::f32) << i;
         EXPECT_LT(rel_err(pairs[i].first, pairs[i].second), 1e-5) << "output/gradient " << i;
+      }
+    }
+  }
+}
+
+// Attention under autocast: q, k and v cast to the low dtype (packed, from a permuted view of
+// one projection, as the GPT's), the result and the gradient f32: against the f32 op on the
+// rounded inputs (matrix units round the probabilities and dS too: the dtype's tolerance), and
+// not the f32 op on the inputs as they are (bf16's rounding shows).
+TEST(Autocast, AttentionRunsInTheLowDtypeWithF32ResultAndGradients) {
+  for (Device* d : all_devices()) {
+    for (DType lo : {DType::f16, DType::bf16}) {
+      SCOPED_TRACE(d->id() + " " + std::string(dtype_name(lo)));
+      // [B, T, 3, H, E] as a projection's output, viewed [3, B, H, T, E].
+      const Tensor proj = Tensor::from(normal(2 * 70 * 3 * 2 * 32, 21), {2, 70, 3, 2, 32}, d);
+      const Tensor gv = Tensor::from(normal(2 * 2 * 70 * 32, 22), {2, 2, 70, 32}, d);
+      Variable qkv(proj, true);
+      Variable y;
+      {
+        const AutocastGuard guard(lo);
+        y = scaled_dot_product_attention_packed(permute(qkv, {2, 0, 3, 1, 4}), 0.0, true);
+      }
+      y.backward(gv);
+      ASSERT_EQ(y.value().dtype(), DType::f32);
+      ASSERT_EQ(qkv.grad().dtype(), DType::f32);
+      // The reference: f32 on the rounded inputs, the gradient back into [B, T, 3, H, E].
+      const Tensor heads = proj.permute({2, 0, 3, 1, 4}).to(lo).to(DType::f32);
+      AttentionAttrs attrs;
+      attrs.is_causal = true;
+      const auto [out, lse] = scaled_dot_product_attention_forward(
+          heads.select(0, 0), heads.select(0, 1), heads.select(0, 2), attrs);
+      const AttentionGrads g = scaled_dot_product_attention_backward(
+          gv, heads.select(0, 0), heads.select(0, 1), heads.select(0, 2), out, lse, attrs);
+      const double tol = lo == DType::bf16 ? 2e-2 : 4e-3;
+      EXPECT_LT(rel_err(y.value(), out), tol);
+      const Tensor grad = qkv.grad().permute({2, 0, 3, 1, 4});
+      EXPECT_LT(rel_err(grad.select(0, 0), g.query), 2 * tol);
+      EXPECT_LT(rel_err(grad.select(0, 1), g.key), 2 * tol);
+      EXPECT_LT(rel_err(grad.select(0, 2), g.value), tol);
+      if (lo == DType::bf16) {
+        const Tensor exact = tessera::scaled_dot_product_attention(
+            proj.permute({2, 0, 3, 1, 4}).select(0, 0), proj.permute({2, 0, 3, 1, 4}).select(0, 1),
+            proj.permute({2, 0, 3, 1, 4}).select(0, 2), 0.0, true);
+        EXPECT_GT(rel_err(y.value(), exact), 2e-4);
       }
     }
   }

@@ -14,14 +14,16 @@ namespace tessera::train {
 
 class Optimizer;
 
-// Inside an AutocastGuard(DType::f16 or DType::bf16) on this thread, matmul, linear and bmm of
-// f32 Variables multiply in that dtype: their inputs are cast to it (Variable to(), so that
-// gradients flow back through the casts), the products are summed in f32 and rounded to it, and
-// the result is cast back to f32; a linear's bias is added afterwards, in f32. Their backward
-// GEMMs then run in the low dtype too. Every other op stays f32: unlike torch.autocast, which
-// leaves a product in the low dtype for the ops that follow, because the other ops take f32 only
-// so far (docs/user-guide.md). Guards nest, the innermost winning; AutocastGuard(DType::f32)
-// turns autocast off inside one. Throws InvalidArgument for a dtype other than f32, f16, bf16.
+// Inside an AutocastGuard(DType::f16 or DType::bf16) on this thread, matmul, linear, bmm and
+// scaled dot-product attention of f32 Variables compute in that dtype: their inputs are cast to
+// it once (the attention's from the views of its heads, in place of their copy), the products
+// sum in f32 and give their f32 sums (MatmulAttrs::out_dtype, AttentionAttrs::out_dtype), a
+// linear's f32 bias added in the same kernel where the device can. Their backward casts the
+// incoming gradient once and takes f32 gradients from its products. Every other op stays f32:
+// unlike torch.autocast, whose products give the low dtype for the ops that follow, because
+// every op after them here takes f32 (docs/user-guide.md). Guards nest, the innermost winning;
+// AutocastGuard(DType::f32) turns autocast off inside one. Throws InvalidArgument for a dtype
+// other than f32, f16, bf16.
 class AutocastGuard {
  public:
   explicit AutocastGuard(DType dtype);

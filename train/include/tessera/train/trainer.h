@@ -107,7 +107,8 @@ struct TrainerOptions {
   // step under AutocastGuard(f16), the loss scaled by a GradScaler; steps it skips for
   // non-finite gradients are counted as the progress metric skipped_steps) or "bf16-mixed"
   // (AutocastGuard(bf16), no scaling). Also Lightning's older "32", "16" and "bf16". What
-  // autocast changes today is in autocast.h: the GEMMs of matmul, linear and bmm.
+  // autocast changes today is in autocast.h: the GEMMs of matmul, linear and bmm, and
+  // attention.
   std::string precision = "32-true";
   std::int64_t log_every_n_steps = 16;  // logged values are read back this often (batches)
   // Lightning's enable_progress_bar: when no ProgressBar is among |callbacks|, the Trainer adds
