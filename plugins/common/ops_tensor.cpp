@@ -140,14 +140,20 @@ void cast_into(Launcher& l, const Tensor& x, const Tensor& y) {
   const bool four = ((from == 0 && to >= 4) || (from >= 4 && to == 0)) &&
                     (g.shape.rank() == 0 || (g.shape.rank() == 1 && g.stride[0][0] == 1)) &&
                     multiples_of_4({g.n, x.offset(), y.offset()});
-  Launch launch(l, "tensor_cast", {from, to, four ? 1 : 0});
+  // f32 to 16 bits from a view whose last dimension is contiguous (a permuted projection's
+  // heads, under autocast): 4 an invocation too, the other strides multiples of 4.
+  const int last = g.shape.rank() - 1;
+  bool rows4 = !four && from == 0 && to >= 4 && last >= 0 && g.stride[0][last] == 1 &&
+               multiples_of_4({g.shape[last], x.offset(), y.offset()});
+  for (int d = 0; rows4 && d < last; ++d) rows4 = g.stride[0][d] % 4 == 0;
+  Launch launch(l, "tensor_cast", {from, to, four ? 1 : rows4 ? 2 : 0});
   launch.in(x).out(y).i(g.n).i(g.shape.rank());
   for (int k = 0; k < 2; ++k)
     for (int d = 0; d < kMaxDims; ++d) {
       const Dims& v = k == 0 ? g.shape : g.stride[0];
       launch.i(d < v.rank() ? v[d] : 0);
     }
-  launch.run(four ? g.n / 4 : g.n);
+  launch.run(four || rows4 ? g.n / 4 : g.n);
 }
 
 namespace {

@@ -102,6 +102,33 @@ Case cast_from_f32(DType t) {
                 ASSERT_EQ(back[i], w) << "element " << i;
             }
           }
+        // A permuted view whose last dimension stays contiguous (autocast's attention heads,
+        // [B, T, 3, H, E] as [3, B, H, T, E]; the GPUs' 4-an-invocation strided path), whole and
+        // from an offset of 4, and one whose last dimension is 6 (the general path).
+        for (const std::int64_t e : {8, 6})
+          for (const std::int64_t from : {0, 4}) {
+            const Shape s{2, 5, 3, 2, e};
+            const Vec all = edge_values(s.numel() + from);
+            const Tensor x = Tensor::from(all, {s.numel() + from}, &d)
+                                 .narrow(0, from, s.numel())
+                                 .reshape(s)
+                                 .permute({2, 0, 3, 1, 4});
+            const std::vector<std::uint16_t> got = bits(x.to(t));
+            ASSERT_EQ(got.size(), static_cast<std::size_t>(s.numel()));
+            std::size_t at = 0;
+            for (std::int64_t k = 0; k < 3; ++k)
+              for (std::int64_t b = 0; b < 2; ++b)
+                for (std::int64_t h = 0; h < 2; ++h)
+                  for (std::int64_t i = 0; i < 5; ++i)
+                    for (std::int64_t c = 0; c < e; ++c, ++at) {
+                      const float v = all[static_cast<std::size_t>(
+                          from + (((b * 5 + i) * 3 + k) * 2 + h) * e + c)];
+                      if (std::isnan(v))
+                        EXPECT_TRUE(std::isnan(widen(t, got[at]))) << "element " << at;
+                      else
+                        ASSERT_EQ(got[at], narrow(t, v)) << "element " << at << ": " << v;
+                    }
+          }
       }};
 }
 
