@@ -23,7 +23,8 @@ using Clock = std::chrono::steady_clock;
 struct OpCase {
   std::string name;
   std::vector<std::int64_t> full, tiny;
-  std::function<std::function<void()>(Device&, const std::vector<std::int64_t>&, json&)> setup;
+  std::function<std::function<void()>(Device&, const std::vector<std::int64_t>&, DType, json&)>
+      setup;
 };
 
 std::mt19937& rng() {
@@ -38,7 +39,7 @@ Tensor randn(const Shape& shape, Device& dev) {
   return Tensor::from(v, shape, &dev);
 }
 
-std::function<void()> setup_bmm(Device& dev, const std::vector<std::int64_t>& s, json& r) {
+std::function<void()> setup_bmm(Device& dev, const std::vector<std::int64_t>& s, DType, json& r) {
   const std::int64_t b = s[0], m = s[1], k = s[2], n = s[3];
   r["shape"] = fmt::format("[{}, {}, {}] x [{}, {}, {}]", b, m, k, b, k, n);
   r["flop"] = 2.0 * double(b) * double(m) * double(n) * double(k);
@@ -46,7 +47,8 @@ std::function<void()> setup_bmm(Device& dev, const std::vector<std::int64_t>& s,
   return [x, y] { (void)bmm(x, y); };
 }
 
-std::function<void()> setup_layer_norm(Device& dev, const std::vector<std::int64_t>& s, json& r) {
+std::function<void()> setup_layer_norm(Device& dev, const std::vector<std::int64_t>& s, DType,
+                                       json& r) {
   const std::int64_t rows = s[0], cols = s[1];
   r["shape"] = fmt::format("[{}, {}], normalized_shape [{}], weight and bias", rows, cols, cols);
   r["call"] = "layer_norm + layer_norm_backward";
@@ -58,13 +60,15 @@ std::function<void()> setup_layer_norm(Device& dev, const std::vector<std::int64
   };
 }
 
-std::function<void()> setup_attention(Device& dev, const std::vector<std::int64_t>& s, json& r) {
+std::function<void()> setup_attention(Device& dev, const std::vector<std::int64_t>& s, DType dtype,
+                                      json& r) {
   const Shape shape{s[0], s[1], s[2], s[3]};
   r["shape"] =
       fmt::format("batch {}, heads {}, tokens {}, head dim {}, causal", s[0], s[1], s[2], s[3]);
+  r["dtype"] = dtype_name(dtype);
   r["call"] = "scaled_dot_product_attention_forward + _backward";
-  const Tensor q = randn(shape, dev), k = randn(shape, dev), v = randn(shape, dev);
-  const Tensor g = randn(shape, dev);
+  const Tensor q = randn(shape, dev).to(dtype), k = randn(shape, dev).to(dtype),
+               v = randn(shape, dev).to(dtype), g = randn(shape, dev).to(dtype);
   AttentionAttrs attrs;
   attrs.is_causal = true;
   return [q, k, v, g, attrs] {
@@ -74,7 +78,7 @@ std::function<void()> setup_attention(Device& dev, const std::vector<std::int64_
 }
 
 std::function<void()> setup_embedding_backward(Device& dev, const std::vector<std::int64_t>& s,
-                                               json& r) {
+                                               DType, json& r) {
   const std::int64_t n = s[0], vocab = s[1], dim = s[2];
   r["shape"] = fmt::format("{} int64 indices uniform in [0, {}), grad [{}, {}] -> [{}, {}]", n,
                            vocab, n, dim, vocab, dim);
@@ -173,14 +177,15 @@ std::vector<json> bench_op_cases(Device& dev, const std::vector<std::string>& ca
     }
     peer = options.run_peer({"--device", torch_device, "--cases", names, "--sizes", sizes.dump(),
                              "--iters", std::to_string(calls), "--repeat",
-                             std::to_string(options.repeat)});
+                             std::to_string(options.repeat), "--dtype",
+                             std::string(dtype_name(options.dtype))});
   }
   std::vector<json> results;
   for (const OpCase* c : chosen) {
     const std::vector<std::int64_t>& size = options.tiny ? c->tiny : c->full;
     json r{{"case", c->name}, {"device", dev.id()}, {"size", options.tiny ? "tiny" : "full"}};
     DeviceGuard guard(dev);
-    const std::function<void()> fn = c->setup(dev, size, r);
+    const std::function<void()> fn = c->setup(dev, size, options.dtype, r);
     const double s = seconds_per_call(dev, calls, options.repeat, fn);
     r["seconds"] = s;
     if (options.profile)

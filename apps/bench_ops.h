@@ -6,7 +6,8 @@
 //   layer_norm          layer_norm over the last dim of [8192, 1024] with weight and bias,
 //                       forward + backward (layer_norm, layer_norm_backward; torch: F.layer_norm
 //                       and autograd)
-//   attention           batch 8, 8 heads, 512 tokens, head dim 64, causal, forward + backward
+//   attention           batch 8, 8 heads, 512 tokens, head dim 64, causal, forward + backward,
+//                       in --dtype (f16 and bf16: inputs, output and gradients in it, as torch's)
 //                       (scaled_dot_product_attention_forward/_backward; torch:
 //                       F.scaled_dot_product_attention, or its math path composed where torch has
 //                       none, as 1.13 has not: the result's "peer" says which)
@@ -45,8 +46,9 @@ json profile_kernels(Device& dev, int calls, const std::function<void()>& fn,
 
 struct OpCaseOptions {
   int repeat = 5;
-  bool tiny = false;     // --op-size tiny
-  bool profile = false;  // --profile: each result gets "kernels" (profile_kernels)
+  bool tiny = false;         // --op-size tiny
+  bool profile = false;      // --profile: each result gets "kernels" (profile_kernels)
+  DType dtype = DType::f32;  // --dtype: the attention case's (the others run f32)
   // Runs bench/ops_peer.py with these arguments: its JSON, or {"error": why}.
   std::function<json(const std::vector<std::string>&)> run_peer;
 };

@@ -1041,8 +1041,9 @@ int main(int argc, char** argv) {
       "comma list: sgemm, add, dispatch, train, fit, bmm, layer_norm, attention, "
       "embedding_backward")(
       "dtype", po::value(&dtype_text)->default_value(dtype_text),
-      "sgemm and add cases: f32, f16 or bf16 (inputs and output; sums in f32); train case: f32, or "
-      "mixed precision with autocast to f16 (loss scaling) or bf16, the peer likewise")(
+      "sgemm, add and attention cases: f32, f16 or bf16 (inputs and output; sums in f32); train "
+      "case: f32, or mixed precision with autocast to f16 (loss scaling) or bf16, the peer "
+      "likewise")(
       "op-size", po::value(&op_size)->default_value(op_size),
       "the op cases' sizes: full (bench_ops.h), or tiny (a few elements, for a smoke test)")(
       "train-steps", po::value(&train_steps)->default_value(train_steps),
@@ -1152,6 +1153,7 @@ int main(int argc, char** argv) {
     op_options.repeat = repeat;
     op_options.tiny = op_size == "tiny";
     op_options.profile = profile;
+    op_options.dtype = dtype;
     op_options.run_peer = [&](const std::vector<std::string>& args) {
       return run_peer(torch_python, peer_dir + "/ops_peer.py", args);
     };

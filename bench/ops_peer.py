@@ -75,10 +75,11 @@ def causal_math(q, k, v, scale):
     return torch.softmax(s, -1) @ v
 
 
-def attention(size, device):
+def attention(size, device, dtype=torch.float32):
     b, h, L, d = size
-    q, k, v = (torch.randn(b, h, L, d, device=device, requires_grad=True) for _ in range(3))
-    g = torch.randn(b, h, L, d, device=device)
+    q, k, v = (torch.randn(b, h, L, d, device=device, dtype=dtype, requires_grad=True)
+               for _ in range(3))
+    g = torch.randn(b, h, L, d, device=device, dtype=dtype)
     fused = hasattr(F, "scaled_dot_product_attention")
     if fused:
         name = "F.scaled_dot_product_attention(is_causal=True) forward + backward"
@@ -115,6 +116,8 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--sizes", required=True, help="JSON object: case -> list of extents")
+    p.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"],
+                   help="the attention case's tensors (the others stay f32)")
     p.add_argument("--iters", type=int, default=1)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--threads", type=int, default=0,
@@ -131,7 +134,9 @@ def main():
     torch.manual_seed(0)
     results = {}
     for c in [c for c in a.cases.split(",") if c]:
-        fn, name, extra = CASES[c](sizes[c], a.device)
+        dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+        fn, name, extra = (attention(sizes[c], a.device, dtype) if c == "attention"
+                           else CASES[c](sizes[c], a.device))
         results[c] = {"seconds": timed(fn, a.device, a.iters, a.repeat), "call": name, **extra}
     name = torch.cuda.get_device_name() if a.device == "cuda" else "cpu"
     json.dump({"peer": f"PyTorch {torch.__version__}", "device": a.device, "device_name": name,
