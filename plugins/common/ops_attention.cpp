@@ -110,9 +110,9 @@ struct Heads {
   std::int64_t first, count;
 };
 
-// The parameters P(0)..P(12), shared memory and work-group size of the register-tiled kernels:
-// |nq| query and |nk| key blocks per batch*head, heads |h|.
-Launch& tiled(Launch& launch, const Attn& g, Tiling t, std::int64_t nq, std::int64_t nk, Heads h) {
+// The parameters P(0)..P(12) of the register-tiled and the matrix-unit kernels: |nq| query and
+// |nk| key blocks per batch*head, heads |h|.
+Launch& block_words(Launch& launch, const Attn& g, std::int64_t nq, std::int64_t nk, Heads h) {
   return launch.i(g.l)
       .i(g.s)
       .i(g.e)
@@ -125,9 +125,12 @@ Launch& tiled(Launch& launch, const Attn& g, Tiling t, std::int64_t nq, std::int
       .i(nq)
       .i(nk)
       .i(h.count)
-      .i(h.first)
-      .shared(t.buffers * t.bk * 64)
-      .group(t.bk * t.bk / 32);
+      .i(h.first);
+}
+
+// The register-tiled kernels' parameters, shared memory and work-group size.
+Launch& tiled(Launch& launch, const Attn& g, Tiling t, std::int64_t nq, std::int64_t nk, Heads h) {
+  return block_words(launch, g, nq, nk, h).shared(t.buffers * t.bk * 64).group(t.bk * t.bk / 32);
 }
 
 std::int64_t blocks_of(std::int64_t n, std::int32_t bk) {
@@ -224,22 +227,9 @@ bool coop_takes(const OpCall& call, const GpuTraits& traits) {
   return forward || coop_heads_per_group(g) > 0;
 }
 
-// The words of the matrix-unit kernels (the register-tiled kernels' P(0)..P(12)).
+// The matrix-unit kernels' parameters (block_words) and work-group size (four subgroups).
 Launch& coop_words(Launch& launch, const Attn& g, std::int64_t nq, std::int64_t nk, Heads h) {
-  return launch.i(g.l)
-      .i(g.s)
-      .i(g.e)
-      .i(g.ev)
-      .f(g.scale)
-      .i(g.causal)
-      .f(g.p)
-      .i(g.key)
-      .f(g.keep)
-      .i(nq)
-      .i(nk)
-      .i(h.count)
-      .i(h.first)
-      .group(128);
+  return block_words(launch, g, nq, nk, h).group(128);
 }
 
 std::string_view coop_kernel(DType t) {

@@ -381,9 +381,10 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
       {"8-bit storage", f12.storageBuffer8BitAccess ? "yes" : "no (bool kernels can not run)"},
       {"16-bit storage", storage16_ ? "yes" : "no (f16 and bf16 can not run)"},
       {"cooperative matrix",
-       coop_bf16   ? "yes: f16 GEMMs on it (VK_NV_cooperative_matrix), bf16 GEMMs "
+       coop_bf16   ? "yes: f16 GEMMs and attention on it (VK_NV_cooperative_matrix), bf16 ones "
                      "(VK_KHR_cooperative_matrix, VK_KHR_shader_bfloat16)"
-       : coop_f16_ ? "yes: f16 GEMMs on it (VK_NV_cooperative_matrix; no bf16 matrix units)"
+       : coop_f16_ ? "yes: f16 GEMMs and attention on it (VK_NV_cooperative_matrix; no bf16 "
+                     "matrix units)"
        : coop      ? "VK_KHR_cooperative_matrix only (unused: the GEMM is compiled for the NV "
                      "extension)"
                    : "no"},

@@ -26,7 +26,7 @@
 //   2: 0 k, 1 dS tiles, 2 dq
 // out, grad_out and the gradients are f32 with V0 & 8 (out_dtype f32), else 16-bit; V0 & 4: the
 // 16-bit type is bf16 (the host sets it for the bf16 module).
-// Words as the register-tiled kernels' (ops_attention.cpp, tiled()): P(0) L, P(1) S, P(2) E,
+// Words as the register-tiled kernels' (ops_attention.cpp, block_words()): P(0) L, P(1) S, P(2) E,
 // P(3) Ev, PF(4) scale, P(5) causal, PF(6) dropout p, P(7) dropout key, PF(8) 1/(1-p), P(9) query
 // blocks nq, P(10) key blocks nk per batch*head, P(11) the launch's heads, P(12) the first.
 #extension GL_NV_cooperative_matrix : require
