@@ -165,10 +165,13 @@ Tensor row_terms(Launcher& l, const Attn& g, const Tensor& grad, const Tensor& o
   const Tensor t = with_lse ? Tensor::empty({rows, 2}, DType::f32, &l.device())
                             : Tensor::empty({rows}, DType::f32, &l.device());
   const DType dt = grad.dtype();
+  const bool four = dt == DType::f32 && multiples_of_4({g.ev, grad.offset(), out.offset()});
   Launch(l, "attention_delta",
-         {with_lse ? 1 : 0, dt == DType::f16    ? 1
-                            : dt == DType::bf16 ? 2
-                                                : 0})
+         {with_lse ? 1 : 0,
+          dt == DType::f16    ? 1
+          : dt == DType::bf16 ? 2
+                              : 0,
+          four ? 1 : 0})
       .in(grad)
       .in(out)
       .in(lse)
