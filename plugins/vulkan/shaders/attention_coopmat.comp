@@ -170,15 +170,22 @@ void write_row16(int area, int row, int h, float x[32]) {
 }
 
 // The dropout mask's factor for element n of the op's [..., L, S] probabilities: 0 where
-// dropout_uniform (op.h; kernels/common.tk's tk_uniform) is below p, else 1/(1-p).
-float keep_factor(uint key, uint n, float drop, float keep) {
+// dropout_uniform (op.h; kernels/common.tk's tk_uniform: the hash's top 24 bits u as u / 2^24) is
+// below p, else 1/(1-p). |bound| is drop_bound(p): u / 2^24 >= p exactly where u >= bound, so the
+// test stays in integers (no conversion an element).
+float keep_factor(uint key, uint n, uint bound, float keep) {
   uint x = n ^ key;
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;
   x *= 0x846ca68bu;
   x ^= x >> 16;
-  return float(x >> 8) * (1.0f / 16777216.0f) >= drop ? keep : 0.0f;
+  return (x >> 8) >= bound ? keep : 0.0f;
+}
+
+// ceil(p * 2^24) for p in [0, 1) (exact: p * 2^24 is), keep_factor's bound.
+uint drop_bound(float p) {
+  return uint(ceil(p * 16777216.0f));
 }
 
 #define F16M fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
@@ -187,7 +194,7 @@ float keep_factor(uint key, uint n, float drop, float keep) {
 void forward(int group) {
   const int L = P(0), S = P(1), E = P(2), EV = P(3), causal = P(5), nb = P(9), nbh = P(11);
   const float scale = PF(4), drop = PF(6), keep = PF(8);
-  const uint key = uint(P(7));
+  const uint key = uint(P(7)), bound = drop_bound(drop);
   // The longest causal blocks first, across all heads.
   const int i0 = (nb - 1 - group / nbh) * 64, bh = group % nbh;
   const int lid = int(gl_LocalInvocationID.x), sg = lid >> 5, lane = lid & 31;
@@ -236,7 +243,7 @@ void forward(int group) {
       float p = x[c] > -1.0e38f ? exp(x[c] - mx) : 0.0f;
       sum += p;
       if (drop > 0.0f)
-        p *= keep_factor(key, uint(bh * L + row) * uint(S) + uint(j0 + h * 32 + c), drop, keep);
+        p *= keep_factor(key, uint(bh * L + row) * uint(S) + uint(j0 + h * 32 + c), bound, keep);
       x[c] = p;
       o[c] *= al;
     }
@@ -275,7 +282,7 @@ void backward_kv(int group) {
   const int L = P(0), S = P(1), E = P(2), EV = P(3), causal = P(5), nq = P(9), nk = P(10),
             nbh = P(11);
   const float scale = PF(4), drop = PF(6), keep = PF(8);
-  const uint key = uint(P(7));
+  const uint key = uint(P(7)), bound = drop_bound(drop);
   // The longest causal blocks (the first keys) first, across all heads.
   const int j0 = (group / nbh) * 64, hl = group % nbh, bh = P(12) + hl;
   const int lid = int(gl_LocalInvocationID.x), sg = lid >> 5, lane = lid & 31;
@@ -329,7 +336,7 @@ void backward_kv(int group) {
       p[c] = ok ? exp(x[c] * scale - lse) : 0.0f;
       x[c] = p[c];
       if (drop > 0.0f) {
-        const float z = keep_factor(key, uint(bh * L + i) * uint(S) + uint(kr), drop, keep);
+        const float z = keep_factor(key, uint(bh * L + i) * uint(S) + uint(kr), bound, keep);
         x[c] *= z;
         if (z == 0.0f) kept &= ~(1u << c);
       }
