@@ -15,8 +15,8 @@
 //   into the lanes' output rows (32 floats a lane), rescaled as the row maximum grows.
 // - 1, backward, key side (as flash_bwd_kv.tk): per block of 64 keys, the query tiles at or after
 //   it (causal) or all: S^T = k q^T, P^T, dv += P^T grad_out, dP^T = v grad_out^T,
-//   dS^T = P (dP - delta) scale, dk += dS^T q; every dS tile is also stored (16-bit, [keys][queries],
-//   zeros outside the matrix and the mask) for the third kernel.
+//   dS^T = P (dP - delta) scale, dk += dS^T q; every dS tile is also stored (16-bit,
+//   [keys][queries], zeros outside the matrix and the mask) for the third kernel.
 // - 2, backward, dq = dS k from those tiles (as flash_bwd_dq.tk).
 // Sums are f32 throughout; the products' operands (q, k, v, P, grad_out, dS) are 16-bit.
 //
@@ -113,7 +113,8 @@ void stage(int b, int base, int rows, int cols, int dst, bool wide) {
     if (r < rows && ch * 8 < cols) {
       if (wide) {
         const int at = (base + r * cols + ch * 8) >> 2;
-        const vec4 x = uintBitsToFloat(load_chunk(b, at)), y = uintBitsToFloat(load_chunk(b, at + 1));
+        const vec4 x = uintBitsToFloat(load_chunk(b, at));
+        const vec4 y = uintBitsToFloat(load_chunk(b, at + 1));
         v = uvec4(pack2(x.x, x.y), pack2(x.z, x.w), pack2(y.x, y.y), pack2(y.z, y.w));
       } else {
         v = load_chunk(b, (base + r * cols + ch * 8) >> 3);
@@ -274,7 +275,8 @@ void forward(int group) {
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     [[unroll]] for (int c = 0; c < 32; ++c) o[c] *= inv;
     store_row(3, pc.w[3] + (bh * L + row) * EV, h * 32, EV, o, WIDE);
-    if (h == 0) w4.v[pc.w[4] + bh * L + row] = l > 0.0f ? m + log(l) : -uintBitsToFloat(0x7f800000u);
+    if (h == 0)
+      w4.v[pc.w[4] + bh * L + row] = l > 0.0f ? m + log(l) : -uintBitsToFloat(0x7f800000u);
   }
 }
 
@@ -395,12 +397,14 @@ void backward_kv(int group) {
     }
     subgroup_sync();  // dS^T read: the area takes the next S^T
   }
-  [[unroll]] for (int n = 0; n < 4; ++n) coopMatStoreNV(dk[n], sm, uint(fs + n * 4), uint(R32), false);
+  [[unroll]] for (int n = 0; n < 4; ++n)
+    coopMatStoreNV(dk[n], sm, uint(fs + n * 4), uint(R32), false);
   subgroup_sync();
   read_row(fs, lr, h, x);
   if (kr < S) store_row(5, pc.w[5] + (bh * S + kr) * E, h * 32, E, x, WIDE);
   subgroup_sync();
-  [[unroll]] for (int n = 0; n < 4; ++n) coopMatStoreNV(dv[n], sm, uint(fs + n * 4), uint(R32), false);
+  [[unroll]] for (int n = 0; n < 4; ++n)
+    coopMatStoreNV(dv[n], sm, uint(fs + n * 4), uint(R32), false);
   subgroup_sync();
   read_row(fs, lr, h, x);
   if (kr < S) store_row(6, pc.w[6] + (bh * S + kr) * EV, h * 32, EV, x, WIDE);
@@ -432,7 +436,8 @@ void backward_dq(int group) {
       }
     }
   }
-  [[unroll]] for (int n = 0; n < 4; ++n) coopMatStoreNV(acc[n], sm, uint(fs + n * 4), uint(R32), false);
+  [[unroll]] for (int n = 0; n < 4; ++n)
+    coopMatStoreNV(acc[n], sm, uint(fs + n * 4), uint(R32), false);
   subgroup_sync();
   float x[32];
   read_row(fs, lr, h, x);
