@@ -33,7 +33,7 @@ Tensor mirror(const Tensor& t, Device& target, bool copy_values, std::uint64_t& 
 }
 
 bool is_16bit(const Tensor& t) {
-  return t.defined() && (t.dtype() == DType::f16 || t.dtype() == DType::bf16);
+  return t.defined() && is_16bit_float(t.dtype());
 }
 
 // Whether |call| is an op that computes in f32 (op_computes_in_f32) with an f16 or bf16 tensor.

@@ -57,15 +57,11 @@ Shape check_qkv(const OpCall& call, const Tensor& q, const Tensor& k, const Tens
   return batch;
 }
 
-bool is_16bit(DType t) {
-  return t == DType::f16 || t == DType::bf16;
-}
-
 // The dtype of out and of the backward's gradients: out_dtype (f32 for 16-bit inputs) or q's.
 DType attention_out_dtype(const OpCall& call, DType in) {
   const std::optional<DType> want = call.attr<AttentionAttrs>().out_dtype;
   if (!want || *want == in) return in;
-  require(*want == DType::f32 && is_16bit(in), call,
+  require(*want == DType::f32 && is_16bit_float(in), call,
           "out_dtype {} for {} inputs: pass f32 with f16 or bf16 inputs (out and the gradients "
           "in f32), or leave it unset for the inputs' dtype",
           dtype_name(*want), dtype_name(in));
@@ -74,7 +70,7 @@ DType attention_out_dtype(const OpCall& call, DType in) {
 
 // lse is f32 for 16-bit inputs, else in their dtype.
 DType lse_dtype(DType in) {
-  return is_16bit(in) ? DType::f32 : in;
+  return is_16bit_float(in) ? DType::f32 : in;
 }
 
 }  // namespace

@@ -192,10 +192,6 @@ constexpr std::int64_t kCoopBlock = 64;  // rows of a work-group, keys of a tile
 constexpr std::int64_t kCoopSharedBytes = 2272 * 16;  // the kernel's shared array
 constexpr std::int64_t kCoopTileBytes = 64 * 64 * 2;  // one 16-bit dS tile
 
-bool is_16bit(DType t) {
-  return t == DType::f16 || t == DType::bf16;
-}
-
 // Heads per launch of the backward so that their dS tiles fit scratch_bytes(); 0 where one
 // head's do not (the call then is not taken: widened to f32).
 std::int64_t coop_heads_per_group(const Attn& g) {
@@ -222,7 +218,9 @@ bool coop_takes(const OpCall& call, const GpuTraits& traits) {
   if (g.e == 0 || g.ev == 0 || g.e > 64 || g.ev > 64 || g.e % 8 != 0 || g.ev % 8 != 0 ||
       traits.max_shared_bytes < kCoopSharedBytes)
     return false;
-  auto aligned = [](const Tensor& t) { return t.offset() % (is_16bit(t.dtype()) ? 8 : 4) == 0; };
+  auto aligned = [](const Tensor& t) {
+    return t.offset() % (is_16bit_float(t.dtype()) ? 8 : 4) == 0;
+  };
   for (int i = 0; i < call.num_inputs; ++i)
     if (!aligned(call.in(i))) return false;
   for (int i = 0; i < call.num_outputs; ++i)
@@ -289,7 +287,7 @@ void coop_attention_backward(const OpCall& call, Launcher& l) {
 // dispatcher runs them widened to f32).
 Support attention_supports(const OpCall& call, const GpuTraits& traits) {
   const Tensor& q = call.in(call.op == OpId::scaled_dot_product_attention ? 0 : 1);
-  if (!is_16bit(q.dtype())) return gpu_supports(call);
+  if (!is_16bit_float(q.dtype())) return gpu_supports(call);
   if (coop_takes(call, traits)) return gpu_supports_of(call, true);
   return Support::no(
       "f16 and bf16 attention runs on the Vulkan plugin's matrix units, for head dims up to 64 "
@@ -297,7 +295,7 @@ Support attention_supports(const OpCall& call, const GpuTraits& traits) {
 }
 
 void attention(const OpCall& call, Launcher& l) {
-  if (is_16bit(call.in(0).dtype())) return coop_attention(call, l);
+  if (is_16bit_float(call.in(0).dtype())) return coop_attention(call, l);
   const Attn g = attn(call, call.in(0), call.in(1), call.in(2));
   if (const Tiling t = tiled_block(g, {&call.in(0), &call.in(1), &call.in(2), &call.out(0)}, l);
       t.bk != 0) {
@@ -337,7 +335,7 @@ void attention(const OpCall& call, Launcher& l) {
 void attention_backward(const OpCall& call, Launcher& l) {
   const Tensor &grad = call.in(0), &q = call.in(1), &k = call.in(2), &v = call.in(3);
   const Tensor &out = call.in(4), &lse = call.in(5);
-  if (is_16bit(q.dtype())) return coop_attention_backward(call, l);
+  if (is_16bit_float(q.dtype())) return coop_attention_backward(call, l);
   const Attn g = attn(call, q, k, v);
   if (const Tiling t =
           tiled_block(g, {&grad, &q, &k, &v, &call.out(0), &call.out(1), &call.out(2)}, l);

@@ -32,6 +32,11 @@ constexpr std::size_t dtype_size(DType t) {
   return 0;
 }
 
+// Whether |t| is one of the 16-bit floats, f16 or bf16.
+constexpr bool is_16bit_float(DType t) {
+  return t == DType::f16 || t == DType::bf16;
+}
+
 // Lower-case name as printed in messages and JSON: "f32", "i32", ...
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
