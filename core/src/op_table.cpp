@@ -189,7 +189,7 @@ void infer_dropout(const OpCall& call, std::span<TensorSpec> out) {
   const Tensor& x = call.in(0);
   const auto& at = call.attr<DropoutAttrs>();
   require(at.p >= 0 && at.p < 1, call, "p must be in [0, 1), got {}", at.p);
-  require(x.dtype() == DType::f32 || x.dtype() == DType::f16 || x.dtype() == DType::bf16, call,
+  require(x.dtype() == DType::f32 || is_16bit_float(x.dtype()), call,
           "x must be f32, f16 or bf16, got {}", dtype_name(x.dtype()));
   require(x.numel() <= (std::int64_t{1} << 32), call,
           "dropout is limited to 2^32 elements (the mask's stream), got {}", x.shape().str());

@@ -272,8 +272,7 @@ Tensor scalar_on(Device& dev, double value, DType dtype) {
 void fill_(Tensor& t, double value) {
   OpCall call = make_call(OpId::fill, {}, ScalarAttrs{value});
   call.outputs[0] = t;
-  if (t.defined() && t.dtype() != DType::f16 && t.dtype() != DType::bf16 &&
-      !t.device().supports(call)) {
+  if (t.defined() && !is_16bit_float(t.dtype()) && !t.device().supports(call)) {
     const Tensor one = scalar_on(t.device(), value, t.dtype());
     if (through_copy_into(t.device(), call, one.expand(t.shape()), t)) {
       copy_(t, one);

@@ -7,10 +7,6 @@
 namespace tessera::rules {
 namespace {
 
-bool is_float(DType t) {
-  return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
-}
-
 // The leading (batch) dims of |t|: every dim but the last two.
 Shape batch_dims(const Tensor& t) {
   Shape s;
@@ -28,7 +24,7 @@ Shape check_qkv(const OpCall& call, const Tensor& q, const Tensor& k, const Tens
   require(q.rank() >= 2 && k.rank() >= 2 && v.rank() >= 2, call,
           "query {}, key {} and value {} must be [..., L, E], [..., S, E] and [..., S, Ev]",
           q.shape().str(), k.shape().str(), v.shape().str());
-  require(is_float(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype(), call,
+  require(is_floating_point(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype(), call,
           "query, key and value must have one floating-point dtype, got {}, {} and {}",
           dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
   const Shape batch = batch_dims(q);

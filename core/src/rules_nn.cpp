@@ -42,7 +42,7 @@ DType matmul_out_dtype(const OpCall& call) {
   const DType in = call.in(0).dtype();
   const std::optional<DType> want = call.attr<MatmulAttrs>().out_dtype;
   if (!want || *want == in) return in;
-  require(*want == DType::f32 && (in == DType::f16 || in == DType::bf16), call,
+  require(*want == DType::f32 && is_16bit_float(in), call,
           "out_dtype {} for {} inputs: pass f32 with f16 or bf16 inputs (their f32 sums), or "
           "leave it unset for the inputs' dtype",
           dtype_name(*want), dtype_name(in));

@@ -4,17 +4,13 @@
 namespace tessera::rules {
 namespace {
 
-bool is_floating(DType t) {
-  return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
-}
-
 void require_numeric(const OpCall& call, const Tensor& t, const char* what) {
   require(t.dtype() != DType::boolean, call,
           "{} must be a number tensor, got bool; convert the mask with to(DType::f32) first", what);
 }
 
 void require_floating(const OpCall& call, const Tensor& t, const char* what) {
-  require(is_floating(t.dtype()), call,
+  require(is_floating_point(t.dtype()), call,
           "{} must be a floating-point tensor (f32, f64, f16, bf16), got {}; convert it with "
           "to(DType::f32) first",
           what, dtype_name(t.dtype()));

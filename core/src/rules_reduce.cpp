@@ -25,8 +25,8 @@ void require_f32(const OpCall& call, const Tensor& t, const char* what) {
 // f32, f16 or bf16 (the 16-bit ones computed in f32: op_computes_in_f32).
 void require_float(const OpCall& call, const Tensor& t, const char* what) {
   const DType d = t.dtype();
-  require(d == DType::f32 || d == DType::f16 || d == DType::bf16, call,
-          "{} must be f32, f16 or bf16, got {}", what, dtype_name(d));
+  require(d == DType::f32 || is_16bit_float(d), call, "{} must be f32, f16 or bf16, got {}", what,
+          dtype_name(d));
 }
 
 // (grad [reduced], x) of a reduction's backward: grad is x reduced along the axis, keepdim or not.

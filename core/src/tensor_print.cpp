@@ -61,15 +61,11 @@ std::vector<double> host_values(const Tensor& t) {
   return v;
 }
 
-bool is_float(DType t) {
-  return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
-}
-
 // How every element is written: one width for all, so that columns align.
 class Formatter {
  public:
   Formatter(DType dtype, const std::vector<double>& values) : dtype_(dtype) {
-    if (is_float(dtype)) {
+    if (is_floating_point(dtype)) {
       double lo = INFINITY, hi = 0;
       bool whole = true;
       for (double v : values) {
@@ -99,7 +95,7 @@ class Formatter {
 
   std::string raw(double v) const {
     if (dtype_ == DType::boolean) return v != 0 ? "True" : "False";
-    if (!is_float(dtype_)) return fmt::format("{}", static_cast<std::int64_t>(v));
+    if (!is_floating_point(dtype_)) return fmt::format("{}", static_cast<std::int64_t>(v));
     if (std::isnan(v)) return "nan";
     if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
     switch (mode_) {

@@ -187,9 +187,7 @@ inline AdamStep adam_step(const AdamAttrs& a) {
 // whose element counts and offsets fit the kernels' 32-bit indices. With |half|, f16 and bf16
 // tensors too (the op's shape rule keeps its dtypes consistent).
 inline Support gpu_supports_of(const OpCall& call, bool half) {
-  auto accepted = [half](DType t) {
-    return t == DType::f32 || (half && (t == DType::f16 || t == DType::bf16));
-  };
+  auto accepted = [half](DType t) { return t == DType::f32 || (half && is_16bit_float(t)); };
   const Tensor& first = call.num_inputs ? call.in(0) : call.out(0);
   if (!accepted(first.dtype()))
     return Support::no(fmt::format("dtype {} is not supported ({})", dtype_name(first.dtype()),
@@ -250,7 +248,7 @@ inline bool word_pairs(DType t, std::int64_t n, std::initializer_list<std::int64
 // bf16).
 inline Support copy_fill_supports(const OpCall& call) {
   const Tensor& t = call.num_inputs ? call.in(0) : call.out(0);
-  if (dtype_size(t.dtype()) != 4 && t.dtype() != DType::f16 && t.dtype() != DType::bf16)
+  if (dtype_size(t.dtype()) != 4 && !is_16bit_float(t.dtype()))
     return Support::no(fmt::format("{} of {} is not implemented (4-byte dtypes, f16, bf16)",
                                    op_name(call.op), dtype_name(t.dtype())));
   if (t.numel() > std::numeric_limits<std::int32_t>::max())

@@ -166,12 +166,7 @@ Tensor row_terms(Launcher& l, const Attn& g, const Tensor& grad, const Tensor& o
                             : Tensor::empty({rows}, DType::f32, &l.device());
   const DType dt = grad.dtype();
   const bool four = dt == DType::f32 && multiples_of_4({g.ev, grad.offset(), out.offset()});
-  Launch(l, "attention_delta",
-         {with_lse ? 1 : 0,
-          dt == DType::f16    ? 1
-          : dt == DType::bf16 ? 2
-                              : 0,
-          four ? 1 : 0})
+  Launch(l, "attention_delta", {with_lse ? 1 : 0, float_code(dt), four ? 1 : 0})
       .in(grad)
       .in(out)
       .in(lse)

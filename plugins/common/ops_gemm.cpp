@@ -241,7 +241,7 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
   // f16 and bf16 inputs load 4 at a time as two 32-bit words where aligned (as f32's 4-float
   // loads); the sums stay f32 (a scratch for c) and are rounded into c afterwards (cast_into),
   // or are c itself with out_dtype f32 (whose bias is f32 too).
-  const int dtype = a.dtype() == DType::f16 ? 1 : a.dtype() == DType::bf16 ? 2 : 0;
+  const int dtype = float_code(a.dtype());
   const bool wide = c.dtype() == DType::f32;
   bool vec = multiples_of_4({m, n, k, a.offset(), b.offset(), wide ? c.offset() : 0}) &&
              (!bias || bias->offset() % 4 == 0);

@@ -78,7 +78,7 @@ void throw_duplicate_kernel(OpId op) {
 
 Support PortableKernel::supports(const OpCall& call) const {
   if (!launcher_.traits().storage16) {
-    auto half = [](const Tensor& t) { return t.dtype() == DType::f16 || t.dtype() == DType::bf16; };
+    auto half = [](const Tensor& t) { return is_16bit_float(t.dtype()); };
     for (int i = 0; i < call.num_inputs; ++i)
       if (half(call.in(i)))
         return Support::no("f16 and bf16 need 16-bit storage, which this device lacks");

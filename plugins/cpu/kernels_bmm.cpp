@@ -80,7 +80,7 @@ Support bmm_supports(const OpCall& call) {
       return Support::no("a matrix dimension exceeds the GEMM library's 32-bit limit");
   }
   const DType t = call.in(0).dtype();
-  return t == DType::f16 || t == DType::bf16 ? Support::yes() : f32_only(call);
+  return is_16bit_float(t) ? Support::yes() : f32_only(call);
 }
 
 }  // namespace

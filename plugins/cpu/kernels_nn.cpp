@@ -398,7 +398,7 @@ Support blas_sized(const OpCall& call) {
 // 16-bit inputs with an f32 result and bias: out_dtype).
 Support gemm_supports(const OpCall& call) {
   const DType t = call.in(0).dtype();
-  return t == DType::f16 || t == DType::bf16 ? blas_dims(call) : blas_sized(call);
+  return is_16bit_float(t) ? blas_dims(call) : blas_sized(call);
 }
 
 }  // namespace

@@ -86,3 +86,14 @@ TEST(Shape, BroadcastRules) {
   EXPECT_EQ((Shape{2, 3}).normalize_axis(-1), 1);
   EXPECT_THROW((Shape{2, 3}).normalize_axis(2), InvalidArgument);
 }
+
+TEST(DType, FloatingPointAndSixteenBitPredicates) {
+  // Every dtype, so that one added later is classified on purpose.
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const auto t = static_cast<DType>(i);
+    const bool sixteen = t == DType::f16 || t == DType::bf16;
+    EXPECT_EQ(is_16bit_float(t), sixteen) << dtype_name(t);
+    EXPECT_EQ(is_floating_point(t), sixteen || t == DType::f32 || t == DType::f64)
+        << dtype_name(t);
+  }
+}

@@ -22,7 +22,7 @@ thread_local std::optional<DType> t_autocast;
 }  // namespace
 
 AutocastGuard::AutocastGuard(DType dtype) : previous_(t_autocast) {
-  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
+  if (dtype != DType::f32 && !is_16bit_float(dtype))
     throw InvalidArgument(fmt::format(
         "autocast: {} is not a dtype to multiply in; pass f16 or bf16 (f32 turns autocast off)",
         dtype_name(dtype)));

@@ -437,11 +437,8 @@ Variable copy(const Variable& x) {
 }
 
 Variable to(const Variable& x, DType dtype) {
-  auto is_float = [](DType t) {
-    return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
-  };
   const DType from = x.value().dtype();
-  if (!is_float(from) || !is_float(dtype))
+  if (!is_floating_point(from) || !is_floating_point(dtype))
     throw InvalidArgument(fmt::format(
         "to: a Variable converts between f32, f64, f16 and bf16 (gradients are floats), not {} to "
         "{}; convert the tensor with Tensor::to",

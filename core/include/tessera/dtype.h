@@ -37,6 +37,11 @@ constexpr bool is_16bit_float(DType t) {
   return t == DType::f16 || t == DType::bf16;
 }
 
+// Whether |t| is a floating-point dtype, f32, f64, f16 or bf16 (torch's dtype.is_floating_point).
+constexpr bool is_floating_point(DType t) {
+  return t == DType::f32 || t == DType::f64 || is_16bit_float(t);
+}
+
 // Lower-case name as printed in messages and JSON: "f32", "i32", ...
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
