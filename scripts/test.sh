@@ -38,14 +38,16 @@ if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   # (glibc's dlerror() state, libgomp's per-thread settings) are suppressed in tests/lsan.supp.
   symbolizer=$(command -v llvm-symbolizer) ||
     { echo "llvm-symbolizer not found: apt-get install llvm" >&2; exit 1; }
-  # --label-exclude slow: whole-epoch runs whose code the shorter tests already take through the
-  # sanitizers (the Release stage runs them).
+  # --label-exclude: "slow", whole-epoch runs whose code the shorter tests already take through the
+  # sanitizers, and "gpu_variant", the conformance suite again with GPU launch settings forced
+  # (tests/conformance/CMakeLists.txt); the Release stage runs both (68 s of the sanitizer stage's
+  # 536 s of tests on a 2-core machine).
   # use_sigaltstack=0: GCC 12's ASan CHECK-fails at the exit of some threads ("unable to unmap"
   # in UnsetAlternateSignalStack: the tests whose ranks are threads, tests/train); without its own
   # alternate signal stack ASan loses only its report of a stack overflow.
   ASAN_SYMBOLIZER_PATH=$symbolizer LSAN_SYMBOLIZER_PATH=$symbolizer \
   ASAN_OPTIONS=detect_leaks=1:use_sigaltstack=0 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:use_tls=0" \
-    ctest --test-dir build-asan --output-on-failure --parallel "$jobs" --label-exclude slow
+    ctest --test-dir build-asan --output-on-failure --parallel "$jobs" --label-exclude 'slow|gpu_variant'
 fi
 
 if [ "${TESSERA_SKIP_FUZZ:-0}" != 1 ]; then
