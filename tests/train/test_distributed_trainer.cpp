@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -419,7 +420,9 @@ TEST(DistributedTrainer, OptionsAreChecked) {
   EXPECT_THROW(Trainer{o}, ConfigError);
   // num_nodes against the hosts of the ranks: two hosts.
   auto world = std::make_shared<ThreadWorld>(2, std::vector<std::string>{"a", "b"});
-  std::vector<bool> ok(2);
+  // One bool object a rank: std::vector<bool> packs both into one word, and the two ranks' writes
+  // to it raced (one lost, seen once under ASan).
+  std::array<bool, 2> ok{};
   run_ranks(2, [&](int rank) {
     TrainerOptions p = options(1);
     p.strategy = std::make_shared<ThreadDDPStrategy>(world, rank);
