@@ -158,14 +158,16 @@ GemmTiles gemm_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, st
 
 namespace {
 
-// The Vulkan plugin's f16 and bf16 GEMMs on matrix units (its shaders/gemm_coopmat.comp: 128 x
-// 128 tiles, 16-byte loads and stores; bf16 through the same kernel's SPIR-V rewritten for
-// VK_KHR_cooperative_matrix), where the device has them and the operands fit its loads: every
-// row (and each binding's offset, and every matrix stride) a multiple of 8 elements. c in the
-// inputs' dtype, or in f32 (out_dtype f32: the sums as they are), then with an f32 bias where
-// addmm has one (its offset a multiple of 4). A grid smaller than the compute units with K >=
-// 2048 (a weight gradient) splits K as gemm() does (one wave), where M and N are whole tiles and
-// there is no bias: f32 parts, added up into c (rounded where c is 16-bit).
+// f16 and bf16 GEMMs on matrix units, launched as "gemm_coopmat" and "gemm_coopmat_bf16": the
+// Vulkan plugin's shaders/gemm_coopmat.comp (bf16 through the same kernel's SPIR-V rewritten for
+// VK_KHR_cooperative_matrix) and the OpenCL plugin's kernels/gemm_mma.cl (NVIDIA's tensor cores
+// through inline PTX) keep one contract: 128 x 128 tiles of 256 invocations, 16-byte loads and
+// stores. Where the device has them and the operands fit those loads: every row (and each
+// binding's offset, and every matrix stride) a multiple of 8 elements. c in the inputs' dtype, or
+// in f32 (out_dtype f32: the sums as they are), then with an f32 bias where addmm has one (its
+// offset a multiple of 4). A grid smaller than the work-groups that run at once with K >= 2048 (a
+// weight gradient) splits K as gemm() does (one wave), where M and N are whole tiles and there is
+// no bias: f32 parts, added up into c (rounded where c is 16-bit).
 bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
                bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                const BatchDims& g) {
@@ -186,10 +188,11 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
                      tiles = across * ((m + kTileM - 1) / kTileM);
   KParts split{k, 1};
   const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
-  // As many parts as make one wave of one work-group a compute unit (the kernel's registers let
-  // one run on an SM): a part more would start a second wave for a few of them.
-  if (!bias && k >= 2048 && m % kTileM == 0 && n % kTileN == 0 && g.count * tiles < units)
-    split = split_k(k, std::min(units / (g.count * tiles), k / 1024), kSlice);
+  // As many parts as make one wave of the work-groups that run at once (coop_groups_per_unit a
+  // compute unit): a part more would start a second wave for a few of them.
+  const std::int64_t slots = units * std::max(l.traits().coop_groups_per_unit, 1);
+  if (!bias && k >= 2048 && m % kTileM == 0 && n % kTileN == 0 && g.count * tiles < slots)
+    split = split_k(k, std::min(slots / (g.count * tiles), k / 1024), kSlice);
   const std::int64_t count = g.count * m * n;
   const Tensor partial =
       split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();

@@ -43,17 +43,23 @@ struct GpuTraits {
   // Kernels may store 16-bit elements (Vulkan's storageBuffer16BitAccess; always in OpenCL C):
   // without it, no call with an f16 or bf16 tensor runs (PortableKernel::supports).
   bool storage16 = true;
-  // The Vulkan plugin's f16 GEMM on matrix units runs here (its shaders/gemm_coopmat.comp:
-  // VK_NV_cooperative_matrix, 16 x 16 x 16 f16 products, subgroups of 32).
+  // An f16 GEMM on matrix units runs here, launched as "gemm_coopmat" (ops_gemm.cpp's coop_gemm
+  // says its contract): the Vulkan plugin's shaders/gemm_coopmat.comp (VK_NV_cooperative_matrix,
+  // 16 x 16 x 16 f16 products, subgroups of 32), or the OpenCL plugin's kernels/gemm_mma.cl
+  // (mma.sync through inline PTX, on NVIDIA GPUs whose compiler takes it).
   bool coop_f16 = false;
-  // And its bf16 form (the same kernel's SPIR-V rewritten for VK_KHR_cooperative_matrix with
-  // bf16 fragments: the plugin's spirv_bf16.h), launched as "gemm_coopmat_bf16".
+  // And its bf16 form, launched as "gemm_coopmat_bf16" (Vulkan: the same kernel's SPIR-V
+  // rewritten for VK_KHR_cooperative_matrix with bf16 fragments, the plugin's spirv_bf16.h).
   bool coop_bf16 = false;
   // The Vulkan plugin's attention kernels on matrix units (its shaders/attention_coopmat.comp,
   // which also needs subgroup shuffles) run here for f16, and for bf16 (launched as
   // "attention_coopmat_bf16", rewritten as the GEMM's).
   bool coop_attention_f16 = false;
   bool coop_attention_bf16 = false;
+  // How many of the matrix-unit GEMM's work-groups run at once on a compute unit (its registers
+  // and shared memory allow): split K makes as many parts as fill one such wave. The Vulkan
+  // kernel: 1 (229 registers); the OpenCL plugin's kernels/gemm_mma.cl: 2 (124 registers, 40 KiB).
+  std::int32_t coop_groups_per_unit = 1;
   // The GEMM's largest tiles (128 x 128) stage K through one shared buffer instead of two: the
   // device's compiler gives the two-buffer kernel registers enough that fewer work-groups share
   // a compute unit (NVIDIA's Vulkan compiler: 157 registers against 116, so one 256-invocation

@@ -158,6 +158,23 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   // (a causal row now and then attends to masked keys; POCL_WORK_GROUP_SPECIALIZATION=0 or
   // -cl-opt-disable make them pass; oclgrind finds no invalid access, race or divergence).
   traits.tiled_attention = !traits.is_cpu;
+  // 16-bit GEMMs on tensor cores (kernels/gemm_mma.cl) where NVIDIA's compiler builds its inline
+  // PTX: both operand types, or neither. Elsewhere (and where it fails) they compute in f32
+  // (gemm.tk).
+  if (traits.vendor_id == 0x10de && !traits.is_cpu) {
+    try {
+      for (const bool bf16 : {false, true})
+        (void)programs_->kernel(kMmaGemm, "tk_main", mma_gemm_options(0, bf16));
+      traits.coop_f16 = traits.coop_bf16 = true;
+      traits.coop_groups_per_unit = 2;
+    } catch (const BackendError& e) {
+      log().debug("{}: no tensor-core GEMM: {}", id, e.what());
+    }
+  }
+  info_.properties.push_back(
+      {"matrix units", traits.coop_f16
+                           ? "yes: f16 and bf16 GEMMs on them (inline PTX: mma.sync, cp.async)"
+                           : "no"});
   launcher_ = std::make_unique<OpenclLauncher>(*this, *ctx_, traits);
   common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), {} compute units", id, info_.name, platform_name, info_.compute_units);

@@ -1,6 +1,8 @@
 // The OpenCL half of the portable kernel layer (../common/portable.h): a portable kernel is the
 // program prelude.cl + common.tk + NAME.tk built with -DV0..-DV3, entry point tk_main, taking
 // eight buffers, the parameter words as one struct and the shared scratch as a __local argument.
+// The matrix-unit GEMM launches ("gemm_coopmat", "gemm_coopmat_bf16", made only where the traits
+// say so) run this plugin's kernels/gemm_mma.cl, which takes the same arguments.
 #include <algorithm>
 #include <cstring>
 
@@ -9,6 +11,10 @@
 #include "opencl.h"
 
 namespace tessera::opencl {
+
+std::string mma_gemm_options(std::int32_t v0, bool bf16) {
+  return fmt::format("-DV0={} -DTK_BF16={}", v0, bf16 ? 1 : 0);
+}
 
 OpenclLauncher::OpenclLauncher(Device& device, Context& ctx, common::GpuTraits traits)
     : device_(device), ctx_(ctx), traits_(traits) {}
@@ -25,7 +31,12 @@ void OpenclLauncher::launch(const common::Launch& l) {
   params.w[common::kWordsOffset - 1] = static_cast<cl_int>(l.group_count());
 
   std::lock_guard lock(ctx_.launch_mu);
-  const cl_kernel k = ctx_.programs.kernel(fmt::format("{}.tk", l.kernel()), "tk_main", options);
+  // The matrix-unit GEMM (only launched where the traits offer it) is the plugin's own kernel.
+  const bool mma = l.kernel().starts_with("gemm_coopmat");
+  const cl_kernel k =
+      mma ? ctx_.programs.kernel(kMmaGemm, "tk_main",
+                                 mma_gemm_options(v[0], l.kernel().ends_with("_bf16")))
+          : ctx_.programs.kernel(fmt::format("{}.tk", l.kernel()), "tk_main", options);
   const auto bindings = l.bindings();
   for (cl_uint b = 0; b < common::kMaxBindings; ++b) {
     const Tensor& t = *bindings[b < bindings.size() ? b : 0].tensor;

@@ -163,6 +163,14 @@ class Programs {
   std::map<std::string, cl_kernel, std::less<>> kernels_;
 };
 
+// The plugin's own 16-bit GEMM on NVIDIA's tensor cores (kernels/gemm_mma.cl: mma.sync, ldmatrix
+// and cp.async in inline PTX), and its build options for the matrix-unit GEMM's V0 flags
+// (../common/ops_gemm.cpp) and operand type. The device offers it (GpuTraits::coop_f16 and
+// coop_bf16) where it builds when the device opens: NVIDIA devices whose compiler takes the PTX
+// (compute capability 8.0 or newer).
+inline constexpr std::string_view kMmaGemm = "gemm_mma.cl";
+std::string mma_gemm_options(std::int32_t v0, bool bf16);
+
 // What every OpenCL kernel launch needs.
 struct Context {
   Programs& programs;

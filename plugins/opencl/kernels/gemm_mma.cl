@@ -1,0 +1,252 @@
+// C = op(A) op(B) for f16 or bf16 A and B on NVIDIA's tensor cores, in OpenCL C with inline PTX:
+// the OpenCL plugin's own kernel for the launches "gemm_coopmat" (f16, TK_BF16 0) and
+// "gemm_coopmat_bf16" (TK_BF16 1) of ../../common/ops_gemm.cpp, where the device took this
+// program when it opened (device.cpp). Its contract is the Vulkan plugin's matrix-unit GEMM's
+// (../../vulkan/shaders/gemm_coopmat.comp): the same bindings, parameter words and V0 flags, 128 x
+// 128 tiles, 256 invocations, K slices of 32 (split K: parts of P(19), a multiple of 32).
+//
+// Each of the 8 subgroups multiplies a 64 x 32 block of the tile as 4 x 4 products
+// mma.sync.m16n8k16 (16-bit operands, f32 sums), its fragments loaded from shared memory by
+// ldmatrix (.trans where the operand's rows run the other way). K slices reach shared memory by
+// cp.async, STAGES slices in flight: no registers hold the next slice, and one barrier a slice.
+// Shared tiles keep the operand's layout in memory (rows of K for A, of N for B; transposed
+// operands' rows of M and K), rows padded by 16 bytes so that the 8 rows of an ldmatrix fall in
+// distinct banks; chunks of 8 elements past an edge are filled with zeros (cp.async's source
+// size 0). The host guarantees, as for the Vulkan kernel: every operand's rows, C's rows and each
+// binding's offset are multiples of 8 elements (16-byte copies and 4-byte stores).
+// Bindings: 0 a, 1 b, 2 c [batch, M, N], 3 bias [N] (V0 & 16; else a again, unread).
+// Words (gemm.tk's MODE 0): P(0) M, P(1) N, P(2) K, P(3) tiles across N, P(4) tiles per matrix,
+// P(5) batch rank, P(6..9) batch extents, P(10..13) a's and P(14..17) b's matrix strides, P(18)
+// matrices, P(19) split K's part. V0: 1 a stored [K, M], 2 b stored [N, K], 4 split K (each part
+// stores its f32 sums to c [parts, matrices, M, N]; whole tiles), 8 c in f32, 16 an f32 bias
+// added to every row.
+#ifndef V0
+#define V0 0
+#endif
+#ifndef TK_BF16
+#define TK_BF16 0
+#endif
+// K slices in flight (STAGES) and their length (BK, a divisor of 32), as build options for tuning:
+// 2 and 32 were the fastest on the H100 (docs/bench/h100-opencl-mma.txt).
+#ifndef STAGES
+#define STAGES 2
+#endif
+#define TRANS_A ((V0 & 1) != 0)
+#define TRANS_B ((V0 & 2) != 0)
+#define SPLIT ((V0 & 4) != 0)
+#define WIDE ((V0 & 8) != 0)
+#define BIAS ((V0 & 16) != 0)
+
+typedef struct {
+  int w[32];
+} TkParams;
+#define P(i) tk_p.w[9 + (i)]
+#define NGROUPS tk_p.w[8]
+
+#define BM 128
+#define BN 128
+#ifndef BK
+#define BK 32
+#endif
+#define THREADS 256
+// Padded rows in 16-byte chunks: [BM][BK] and [BN][BK] tiles have rows of BK + 8 elements,
+// [BK][BM] and [BK][BN] of BM + 8 and BN + 8.
+#define RK ((BK + 8) / 8)
+#define RM ((BM + 8) / 8)
+#define RN ((BN + 8) / 8)
+#define TILE (BM * RK > BK * RM ? BM * RK : BK * RM)  // chunks of one operand's tile (BM == BN)
+#define STAGE_CHUNKS (2 * TILE)
+
+#if STAGES == 2
+#define CP_WAIT() __asm__ __volatile__("cp.async.wait_group 0;" ::: "memory")
+#elif STAGES == 3
+#define CP_WAIT() __asm__ __volatile__("cp.async.wait_group 1;" ::: "memory")
+#else
+#error "STAGES must be 2 or 3"
+#endif
+#define CP_COMMIT() __asm__ __volatile__("cp.async.commit_group;" ::: "memory")
+
+#if TK_BF16
+#define MMA_TYPES "bf16.bf16"
+#define CVT_PACK "cvt.rn.bf16x2.f32"
+#else
+#define MMA_TYPES "f16.f16"
+#define CVT_PACK "cvt.rn.f16x2.f32"
+#endif
+
+// The address of a shared-memory location as the PTX instructions take it (the __local window).
+uint smem(__local const uint4* p) {
+  return (uint)(size_t)p;
+}
+
+// 16 bytes from |src| into shared memory at |dst|, asynchronously; |bytes| 0 fills zeros.
+void copy16(__local uint4* dst, __global const uint4* src, uint bytes) {
+  __asm__ __volatile__("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem(dst)), "l"(src),
+                       "r"(bytes)
+                       : "memory");
+}
+
+// Four 8 x 8 matrices of 16-bit elements, lane l giving the address of a row of matrix l / 8.
+void ldsm4(uint* r, __local const uint4* p) {
+  __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                       : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                       : "r"(smem(p))
+                       : "memory");
+}
+void ldsm4_trans(uint* r, __local const uint4* p) {
+  __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                       : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                       : "r"(smem(p))
+                       : "memory");
+}
+
+// d += a b for one 16 x 8 x 16 product (a: 4 registers of 2 elements, b: 2, d: 4 floats).
+void mma(float* d, const uint* a, uint b0, uint b1) {
+  __asm__ __volatile__("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPES
+                       ".f32 {%0,%1,%2,%3}, "
+                       "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two sums rounded to the 16-bit type, |lo| in the low half.
+uint pack2(float lo, float hi) {
+  uint r;
+  __asm__("" CVT_PACK " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Chunk c (16 bytes) of a slice of a tile |width| elements wide, the tile at row r0, column c0
+// of a matrix of |rows| x |cols| at chunk |base|: into shared memory at |tile|, zeros past the
+// edges.
+void fetch(__local uint4* tile, __global const uint4* base, int c, int r0, int c0, int rows,
+           int cols, int width) {
+  const int per = width / 8;
+  const int r = r0 + c / per, col = c0 + (c % per) * 8;
+  const bool in = r < rows && col < cols;
+  copy16(tile + (c / per) * (per + 1) + c % per, in ? base + (r * cols + col) / 8 : base,
+         in ? 16u : 0u);
+}
+
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
+    __global const uchar* t0, __global const uchar* t1, __global uchar* t2,
+    __global const uchar* t3, __global uchar* t4, __global uchar* t5, __global uchar* t6,
+    __global uchar* t7, const TkParams tk_p, __local float4* tk_shm) {
+  __local uint4 sm[STAGES * STAGE_CHUNKS];
+  const int group = (int)(get_group_id(1) * get_num_groups(0) + get_group_id(0));
+  if (group >= NGROUPS) return;
+  const int lid = (int)get_local_id(0);
+  const int M = P(0), N = P(1), K = P(2);
+  const int tiles = P(4);
+  const int batch = group / tiles;
+  const int tile = group - batch * tiles;
+  const int m0 = (tile / P(3)) * BM;
+  const int n0 = (tile - (tile / P(3)) * P(3)) * BN;
+  int oa = 0, ob = 0;
+  const int part = SPLIT ? batch / P(18) : 0;  // split K: this part's slices [s0, s1)
+  int rest = SPLIT ? batch - part * P(18) : batch;
+  for (int d = P(5) - 1; d >= 0; --d) {
+    const int e = P(6 + d);
+    const int c = rest % e;
+    rest = rest / e;
+    oa += c * P(10 + d);
+    ob += c * P(14 + d);
+  }
+  __global const uint4* a = (__global const uint4*)t0 + (tk_p.w[0] + oa) / 8;
+  __global const uint4* b = (__global const uint4*)t1 + (tk_p.w[1] + ob) / 8;
+
+  // Slice s into stage |st|: BM * BK / 8 chunks of A and as many of B, spread over the
+  // invocations.
+#define LOAD(s, st)                                                     \
+  {                                                                     \
+    __local uint4* ta = sm + (st)*STAGE_CHUNKS;                         \
+    __local uint4* tb = ta + TILE;                                      \
+    const int k0 = (s)*BK;                                              \
+    _Pragma("unroll") for (int q = 0; q < BM * BK / 8 / THREADS; ++q) { \
+      const int c = lid + q * THREADS;                                  \
+      if (TRANS_A)                                                      \
+        fetch(ta, a, c, k0, m0, K, M, BM);                              \
+      else                                                              \
+        fetch(ta, a, c, m0, k0, M, K, BK);                              \
+      if (TRANS_B)                                                      \
+        fetch(tb, b, c, n0, k0, N, K, BK);                              \
+      else                                                              \
+        fetch(tb, b, c, k0, n0, K, N, BN);                              \
+    }                                                                   \
+  }
+
+  const int lane = lid % 32, warp = lid / 32;
+  const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;  // this subgroup's 64 x 32 block
+  float acc[4][4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+  const int s0 = SPLIT ? part * (P(19) / BK) : 0;
+  const int slices = SPLIT ? min((K + BK - 1) / BK, s0 + P(19) / BK) : (K + BK - 1) / BK;
+  for (int p = 0; p < STAGES - 1; ++p) {
+    if (s0 + p < slices) LOAD(s0 + p, p)
+    CP_COMMIT();
+  }
+  // ldmatrix's row addresses: lane l gives a row of matrix l / 8 (see the fragment layouts in
+  // PTX's mma.m16n8k16): row l % 16, column (l / 16) * 8 where the tile's rows are the
+  // fragment's; row (l % 8) + (l / 16) * 8, column ((l / 8) % 2) * 8 where they are transposed.
+  const int ra = lane % 16, ca = (lane / 16) * 8;
+  const int rt = lane % 8 + (lane / 16) * 8, ct = ((lane / 8) % 2) * 8;
+  for (int s = s0; s < slices; ++s) {
+    CP_WAIT();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int next = s + STAGES - 1;
+    if (next < slices) LOAD(next, (next - s0) % STAGES)
+    CP_COMMIT();
+    __local const uint4* ta = sm + ((s - s0) % STAGES) * STAGE_CHUNKS;
+    __local const uint4* tb = ta + TILE;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint fb[2][4];  // B's fragments: n blocks of 16, each two 16 x 8 operands
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int n = wn + j * 16;
+        if (TRANS_B)  // [BN][BK]: rows of n
+          ldsm4(fb[j], tb + (n + rt) * RK + (kk + ct) / 8);
+        else  // [BK][BN]: rows of k
+          ldsm4_trans(fb[j], tb + (kk + ra) * RN + (n + ca) / 8);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint fa[4];
+        const int m = wm + i * 16;
+        if (TRANS_A)  // [BK][BM]: rows of k
+          ldsm4_trans(fa, ta + (kk + rt) * RM + (m + ct) / 8);
+        else  // [BM][BK]: rows of m
+          ldsm4(fa, ta + (m + ra) * RK + (kk + ca) / 8);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          mma(acc[i][j], fa, fb[j / 2][(j % 2) * 2], fb[j / 2][(j % 2) * 2 + 1]);
+      }
+    }
+  }
+
+  // Each invocation holds, for product (i, j), the sums at rows m, m + 8 and columns n, n + 1.
+  const int c_at = tk_p.w[2] + batch * M * N;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + wm + i * 16 + lane / 4 + h * 8;
+        const int n = n0 + wn + j * 8 + (lane % 4) * 2;
+        if (m >= M || n >= N) continue;
+        float2 v = (float2)(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        if (SPLIT || WIDE) {
+          if (BIAS) v += ((__global const float2*)t3)[(tk_p.w[3] + n) / 2];
+          ((__global float2*)t2)[(c_at + m * N + n) / 2] = v;
+        } else {
+          ((__global uint*)t2)[(c_at + m * N + n) / 2] = pack2(v.x, v.y);
+        }
+      }
+}
