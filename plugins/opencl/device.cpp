@@ -159,12 +159,12 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   // -cl-opt-disable make them pass; oclgrind finds no invalid access, race or divergence).
   traits.tiled_attention = !traits.is_cpu;
   // 16-bit GEMMs on tensor cores (kernels/gemm_mma.cl) where NVIDIA's compiler builds its inline
-  // PTX: both operand types, or neither. Elsewhere (and where it fails) they compute in f32
-  // (gemm.tk).
+  // PTX; elsewhere (and where it fails) they compute in f32 (gemm.tk). One build decides for both
+  // operand types: the bf16 forms of mma.sync and cvt need the same compute capability (8.0) as
+  // cp.async and the f16 ones, and the other variants are built when first launched.
   if (traits.vendor_id == 0x10de && !traits.is_cpu) {
     try {
-      for (const bool bf16 : {false, true})
-        (void)programs_->kernel(kMmaGemm, "tk_main", mma_gemm_options(0, bf16));
+      (void)programs_->kernel(kMmaGemm, "tk_main", mma_gemm_options(0, false));
       traits.coop_f16 = traits.coop_bf16 = true;
       traits.coop_groups_per_unit = 2;
     } catch (const BackendError& e) {
