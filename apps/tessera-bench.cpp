@@ -282,6 +282,8 @@ json bench_sgemm(Device& dev, const GemmShape& g, DType dtype, int repeat, OpenB
          {"trans_b", g.trans_b},
          {"seconds", s},
          {"gflops", flop / s / 1e9}};
+  if (dtype == DType::f32)
+    r["matmul_precision"] = matmul_precision_name(float32_matmul_precision());
   if (profile)
     r["kernels"] =
         bench::profile_kernels(dev, calls, ours, fmt::format("sgemm {} on {}", g.str(), dev.id()));
@@ -289,9 +291,13 @@ json bench_sgemm(Device& dev, const GemmShape& g, DType dtype, int repeat, OpenB
     if (gpu_peer.contains("error")) r["peer_error"] = gpu_peer["error"];
     for (const json& p : gpu_peer.value("sgemm", json::array()))
       if (p["shape"] == g.str()) {
-        r["peer"] =
-            fmt::format("{} torch.matmul {}, TF32 off, on {}", gpu_peer["peer"].get<std::string>(),
-                        dtype_name(dtype), gpu_peer["device_name"].get<std::string>());
+        const MatmulPrecision mp = float32_matmul_precision();
+        r["peer"] = fmt::format(
+            "{} torch.matmul {}, {}, on {}", gpu_peer["peer"].get<std::string>(), dtype_name(dtype),
+            dtype != DType::f32 || mp == MatmulPrecision::highest
+                ? std::string("TF32 off")
+                : fmt::format("float32_matmul_precision {}", matmul_precision_name(mp)),
+            gpu_peer["device_name"].get<std::string>());
         r["peer_gflops"] = p["gflops"];
         r["ratio"] = p["seconds"].get<double>() / s;
       }
@@ -1027,6 +1033,7 @@ int main(int argc, char** argv) {
   po::options_description opts("Usage: tessera-bench [options]\n\nOptions");
   std::string device_list, cases, out_file, torch_python = "python3", models = "mlp,cnn";
   std::string op_size = "full", model_size = "full", dtype_text = "f32";
+  std::string matmul_precision = "highest";
   std::string peer_dir = default_peer_dir();
   std::vector<std::int64_t> sizes;
   std::vector<std::string> gemm_shape_texts;
@@ -1044,6 +1051,9 @@ int main(int argc, char** argv) {
       "sgemm, add and attention cases: f32, f16 or bf16 (inputs and output; sums in f32); train "
       "case: f32, or mixed precision with autocast to f16 (loss scaling) or bf16, the peer "
       "likewise")(
+      "matmul-precision", po::value(&matmul_precision)->default_value(matmul_precision),
+      "f32 products of the sgemm and train cases: highest, high or medium "
+      "(set_float32_matmul_precision), the peer likewise (torch.set_float32_matmul_precision)")(
       "op-size", po::value(&op_size)->default_value(op_size),
       "the op cases' sizes: full (bench_ops.h), or tiny (a few elements, for a smoke test)")(
       "train-steps", po::value(&train_steps)->default_value(train_steps),
@@ -1094,6 +1104,9 @@ int main(int argc, char** argv) {
     if (rounds < 1) throw po::error("--rounds must be at least 1");
     if (dtype_text != "f32" && dtype_text != "f16" && dtype_text != "bf16")
       throw po::error(fmt::format("--dtype: '{}' is not f32, f16 or bf16", dtype_text));
+    if (matmul_precision != "highest" && matmul_precision != "high" && matmul_precision != "medium")
+      throw po::error(
+          fmt::format("--matmul-precision: '{}' is not highest, high or medium", matmul_precision));
     if (op_size != "full" && op_size != "tiny")
       throw po::error(fmt::format("--op-size: '{}' is not full or tiny", op_size));
     if (fit.epochs < 1) throw po::error("--epochs must be at least 1");
@@ -1135,6 +1148,7 @@ int main(int argc, char** argv) {
     const DType dtype = dtype_text == "f16"    ? DType::f16
                         : dtype_text == "bf16" ? DType::bf16
                                                : DType::f32;
+    set_float32_matmul_precision(matmul_precision);
     OpenBlas peer;  // opened after the plugins, so it shares the CPU plugin's OpenBLAS
     std::mt19937 rng(std::random_device{}());
     json results = json::array();
@@ -1168,7 +1182,8 @@ int main(int argc, char** argv) {
           shape_list += fmt::format("{}{}", shape_list.empty() ? "" : ",", g.str());
         gpu_peer = run_peer(torch_python, peer_dir + "/gpu_peer.py",
                             {"--shapes", shape_list, "--elements", std::to_string(kAddElementsGpu),
-                             "--repeat", std::to_string(repeat), "--dtype", dtype_text});
+                             "--repeat", std::to_string(repeat), "--dtype", dtype_text,
+                             "--matmul-precision", matmul_precision});
       }
       if (do_sgemm)
         for (const GemmShape& g : gemm_shapes) {
@@ -1204,6 +1219,7 @@ int main(int argc, char** argv) {
                                           "--repeat", std::to_string(repeat),
                                           "--models", models,
                                           "--dtype",  dtype_text};
+            append(args, {"--matmul-precision", matmul_precision});
             append(args, bench::train_peer_size_args(*fit.size));
             json run = run_peer(torch_python, peer_dir + "/train_peer.py", args);
             if (run.is_object()) run["steal_percent"] = steal_percent_since(before);

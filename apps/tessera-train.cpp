@@ -275,6 +275,7 @@ int main(int argc, char** argv) {
       ("grad-clip", po::value(&a.grad_clip), "clip the gradients' total L2 norm to this (0: off; * gpt 1)")
       ("accumulate", po::value(&a.accumulate)->default_value(a.accumulate), "batches whose gradients are summed (mean loss) into one optimizer step")
       ("precision", po::value(&a.precision)->default_value(a.precision), "32-true, 16-mixed (f16 GEMMs, loss scaling) or bf16-mixed (bf16 GEMMs), as Lightning's")
+      ("float32-matmul-precision", po::value(&a.float32_matmul_precision)->default_value(a.float32_matmul_precision), "f32 products: highest (f32), high or medium (TF32 on tensor cores where the device has them), as torch.set_float32_matmul_precision")
       ("val-every", po::value(&a.val_every),
        "validate every this fraction of an epoch (0 < F <= 1) or this many batches (N > 1) (* 1; gpt: every N steps, 250)")
       ("depth", po::value(&a.depth)->default_value(a.depth), "resnet: layers, 6n+2 (8, 14, 20, 32, 44, 56, 110)")
@@ -322,6 +323,7 @@ int main(int argc, char** argv) {
   }
   try {
     tessera::apps::launch_if_needed(a.devices, a.strategy, argc, argv);
+    tessera::set_float32_matmul_precision(a.float32_matmul_precision);
     return a.model == "gpt" ? run_gpt(a) : run_images(a);
   } catch (const ConfigError& e) {
     tessera::apps::end_job_on_failure(e);

@@ -37,6 +37,10 @@ std::string check_args(const TrainArgs& a) {
                      "--model: use mlp, cnn, resnet or gpt"},
            std::pair{a.optimizer != "sgd" && a.optimizer != "adam" && a.optimizer != "adamw",
                      "--optimizer: use sgd, adam or adamw"},
+           std::pair{a.float32_matmul_precision != "highest" &&
+                         a.float32_matmul_precision != "high" &&
+                         a.float32_matmul_precision != "medium",
+                     "--float32-matmul-precision: use highest, high or medium"},
            std::pair{gpt && a.optimizer != "adamw",
                      "--optimizer: --model gpt trains with adamw (nanoGPT's recipe)"},
            std::pair{a.scheduler != "none" && a.scheduler != "step" && a.scheduler != "cosine" &&

@@ -20,6 +20,7 @@ struct TrainArgs {
   std::string accelerator = "auto", checkpoint_dir, metrics, plot, save_weights;
   std::string strategy = "auto";
   std::string precision = "32-true";
+  std::string float32_matmul_precision = "highest";  // highest, high or medium (ops.h)
   int num_nodes = 1;
   bool sync_batchnorm = false;
   std::int64_t epochs = 10, batch_size = 128, limit_train = 0, limit_test = 0, max_steps = -1;

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """PyTorch CUDA peer for tessera-bench's sgemm and add cases on GPUs: torch.matmul in --dtype
-(fp32 with TF32 off, fp16 or bf16) at each shape (MxNxK:AB, A stored [K, M] where A is T, B
+(fp32 with TF32 off, or at --matmul-precision; fp16 or bf16) at each shape (MxNxK:AB, A stored [K, M] where A is T, B
 stored [N, K] where B is T, as tessera-bench spells them), and a device-to-device copy (the
 bandwidth bar of the add case), timed like tessera-bench (warm-up, then the median of repeats,
 each of --iters calls and one synchronize). Prints JSON.
 
 Usage: gpu_peer.py --shapes 1024x1024x1024:NN,16384x1152x384:NT --elements N [--iters I]
-                   [--repeat R] [--dtype f32]
+                   [--repeat R] [--dtype f32] [--matmul-precision highest]
 """
 import argparse
 import json
@@ -36,6 +36,8 @@ def main():
     p.add_argument("--elements", type=int, default=1 << 26)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "medium"],
+                   help="torch.set_float32_matmul_precision for f32 products (TF32 off at highest)")
     p.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
     a = p.parse_args()
     if not torch.cuda.is_available():
@@ -43,6 +45,7 @@ def main():
         sys.exit(1)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision(a.matmul_precision)  # "high" and "medium": TF32 products
     sgemm = []
     dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
     for shape in [s for s in a.shapes.split(",") if s]:

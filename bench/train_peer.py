@@ -203,6 +203,8 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--models", default="mlp,cnn")
+    p.add_argument("--matmul-precision", default="highest", choices=["highest", "high", "medium"],
+                   help="torch.set_float32_matmul_precision for f32 products (TF32 off at highest)")
     p.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"],
                    help="f32, or mixed precision: torch.autocast to f16 (GradScaler) or bf16")
     p.add_argument("--threads", default="best",
@@ -211,6 +213,7 @@ def main():
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision(a.matmul_precision)  # "high" and "medium": TF32 products
     if a.device == "cpu":
         counts = range(1, os.cpu_count() + 1) if a.threads == "best" else [int(a.threads)]
     else:

@@ -1,6 +1,7 @@
 #include "tessera/ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -94,18 +95,57 @@ Tensor fold_transpose(const Tensor& t, bool& trans) {
 
 }  // namespace
 
+namespace {
+
+std::atomic<MatmulPrecision> g_matmul_precision{MatmulPrecision::highest};
+
+}  // namespace
+
+void set_float32_matmul_precision(MatmulPrecision precision) {
+  g_matmul_precision.store(precision, std::memory_order_relaxed);
+}
+
+void set_float32_matmul_precision(std::string_view precision) {
+  for (MatmulPrecision p :
+       {MatmulPrecision::highest, MatmulPrecision::high, MatmulPrecision::medium})
+    if (precision == matmul_precision_name(p)) return set_float32_matmul_precision(p);
+  throw InvalidArgument(fmt::format(
+      "set_float32_matmul_precision: '{}' is not a precision; pass \"highest\", \"high\" or "
+      "\"medium\"",
+      precision));
+}
+
+MatmulPrecision float32_matmul_precision() {
+  return g_matmul_precision.load(std::memory_order_relaxed);
+}
+
+std::string_view matmul_precision_name(MatmulPrecision precision) {
+  switch (precision) {
+    case MatmulPrecision::high:
+      return "high";
+    case MatmulPrecision::medium:
+      return "medium";
+    default:
+      return "highest";
+  }
+}
+
+MatmulAttrs matmul_attrs(bool trans_a, bool trans_b, std::optional<DType> out_dtype) {
+  return MatmulAttrs{trans_a, trans_b, out_dtype, float32_matmul_precision()};
+}
+
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
               std::optional<DType> out_dtype) {
   if (a.defined() && b.defined() && (a.rank() != 2 || b.rank() != 2))
     return matmul_nd(a, b, trans_a, trans_b, out_dtype);
   const Tensor fa = fold_transpose(a, trans_a), fb = fold_transpose(b, trans_b);
-  return run1(OpId::matmul, {fa, fb}, MatmulAttrs{trans_a, trans_b, out_dtype});
+  return run1(OpId::matmul, {fa, fb}, matmul_attrs(trans_a, trans_b, out_dtype));
 }
 
 Tensor addmm(const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b,
              std::optional<DType> out_dtype) {
   const Tensor fa = fold_transpose(a, trans_a), fb = fold_transpose(b, trans_b);
-  OpCall call = make_call(OpId::addmm, {fa, fb, bias}, MatmulAttrs{trans_a, trans_b, out_dtype});
+  OpCall call = make_call(OpId::addmm, {fa, fb, bias}, matmul_attrs(trans_a, trans_b, out_dtype));
   Device* dev = common_device(call);
   if (dev && !dev->kernel(OpId::addmm)) {
     // The same contract without the fused kernel: the shape rule first (its messages name

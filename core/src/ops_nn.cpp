@@ -39,7 +39,7 @@ Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
            std::optional<DType> out_dtype) {
   if (!a.defined() || !b.defined()) throw InvalidArgument("bmm: an input is undefined");
   const Tensor fa = fold_last_transpose(a, trans_a), fb = fold_last_transpose(b, trans_b);
-  return run_nn(OpId::bmm, {fa, fb}, MatmulAttrs{trans_a, trans_b, out_dtype});
+  return run_nn(OpId::bmm, {fa, fb}, matmul_attrs(trans_a, trans_b, out_dtype));
 }
 
 Tensor matmul_nd(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,

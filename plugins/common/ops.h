@@ -36,10 +36,11 @@ void check_attention_environment();
 // c = op(a) op(b) (+ bias [n] on every row) for the |g.count| matrices of |g|: a, b contiguous
 // matrices (op(a) is [m, k], op(b) [k, n]), c contiguous [count, m, n]; all f32, or all f16 or
 // all bf16 (summed in f32, rounded once into c), or f16 or bf16 a and b with c and the bias in
-// f32 (out_dtype f32: the sums, not rounded).
+// f32 (out_dtype f32: the sums, not rounded). f32 products take |precision|'s tensor-core
+// kernel where the device has one (GpuTraits::tf32_gemm), else f32 arithmetic.
 void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
           bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-          const BatchDims& g);
+          const BatchDims& g, MatmulPrecision precision = MatmulPrecision::highest);
 
 // The convolutions as implicit GEMMs (kernels/gemm.tk, MODE 1-3): [m, n] outputs of depth k per
 // conv group. |mode| 1 forward (m out channels, n batch * output pixels, k in channels * taps),

@@ -212,13 +212,54 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
   return true;
 }
 
+// f32 GEMMs on tensor cores where the caller's precision allows (high: 3 TF32 products, medium:
+// 1), launched as "gemm_tf32" (the OpenCL plugin's kernels/gemm_tf32.cl): gemm.tk's bindings,
+// words (MODE 0) and split K, its flags 1 (a stored [K, M]), 2 (b stored [N, K]) and 8 (bias) in
+// V0, the products in V1; 128 x 128 tiles of 256 invocations, K slices of 16 (split K's parts
+// multiples of 16), 16-byte copies: M, N, K, every matrix stride and each binding's offset a
+// multiple of 4 floats, as gemm.tk's 4-float loads need.
+bool tf32_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
+               bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+               const BatchDims& g, MatmulPrecision precision) {
+  if (precision == MatmulPrecision::highest || !l.traits().tf32_gemm || k == 0 ||
+      a.dtype() != DType::f32 || c.dtype() != DType::f32)
+    return false;
+  bool fits = multiples_of_4({m, n, k, a.offset(), b.offset(), c.offset()}) &&
+              (!bias || bias->offset() % 4 == 0);
+  for (int d = 0; d < g.rank; ++d) fits = fits && g.stride_a[d] % 4 == 0 && g.stride_b[d] % 4 == 0;
+  if (!fits) return false;
+  constexpr std::int64_t kTile = 128, kSlice = 16;
+  constexpr int kThreads = 256;
+  const std::int64_t across = (n + kTile - 1) / kTile, tiles = across * ((m + kTile - 1) / kTile);
+  // K split as gemm() splits it for its largest tiles: one wave of two work-groups a compute unit.
+  KParts split{k, 1};
+  const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
+  if (k >= 2048) {
+    const std::int64_t want = std::min(2 * units / (g.count * tiles), k / 512);
+    if (want > 1) split = split_k(k, want, kSlice);
+  }
+  const std::int64_t count = g.count * m * n;
+  const Tensor partial =
+      split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();
+  Launch launch(l, "gemm_tf32",
+                {(trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0) | (bias ? kFlagBias : 0),
+                 precision == MatmulPrecision::high ? 3 : 1});
+  // Binding 3 is unread without a bias.
+  launch.in(a).in(b).out(split.parts > 1 ? partial : c).in(bias ? *bias : a);
+  gemm_words(launch, m, n, k, across, tiles, g);
+  launch.i(0).i(0).i(split.per).group(kThreads).groups(split.parts * g.count * tiles);
+  if (split.parts > 1) sum_lines(l, partial, c, 1, split.parts, count, 1.0f);
+  return true;
+}
+
 }  // namespace
 
 void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
           bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-          const BatchDims& g) {
+          const BatchDims& g, MatmulPrecision precision) {
   if (m == 0 || n == 0 || g.count == 0) return;
   if (coop_gemm(l, a, b, c, bias, trans_a, trans_b, m, n, k, g)) return;
+  if (tf32_gemm(l, a, b, c, bias, trans_a, trans_b, m, n, k, g, precision)) return;
   GemmTiles t = gemm_tiles(l.traits(), m, n, g.count);
   // A small output with a long K (a weight gradient: K is the batch's tokens) leaves compute
   // units idle with any tiles: K is split in parts of at least 512, on GPUs with the largest
@@ -344,7 +385,7 @@ void matmul(const OpCall& call, Launcher& l) {
   const Tensor &a = call.in(0), &b = call.in(1), &y = call.out(0);
   const std::int64_t k = at.trans_a ? a.dim(0) : a.dim(1);
   gemm(l, a, b, y, call.op == OpId::addmm ? &call.in(2) : nullptr, at.trans_a, at.trans_b, y.dim(0),
-       y.dim(1), k, BatchDims{});
+       y.dim(1), k, BatchDims{}, at.precision);
 }
 
 void bmm(const OpCall& call, Launcher& l) {
@@ -353,7 +394,7 @@ void bmm(const OpCall& call, Launcher& l) {
   const Shape& as = call.in(0).shape();
   const std::int64_t k = at.trans_a ? as[as.rank() - 2] : as[as.rank() - 1];
   gemm(l, call.in(0), call.in(1), call.out(0), nullptr, at.trans_a, at.trans_b, ys[ys.rank() - 2],
-       ys[ys.rank() - 1], k, batch_dims(call));
+       ys[ys.rank() - 1], k, batch_dims(call), at.precision);
 }
 
 }  // namespace

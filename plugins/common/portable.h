@@ -60,6 +60,11 @@ struct GpuTraits {
   // and shared memory allow): split K makes as many parts as fill one such wave. The Vulkan
   // kernel: 1 (229 registers); the OpenCL plugin's kernels/gemm_mma.cl: 2 (124 registers, 40 KiB).
   std::int32_t coop_groups_per_unit = 1;
+  // f32 GEMMs on tensor cores where float32_matmul_precision() allows (MatmulAttrs::precision high:
+  // each operand as two TF32 numbers, three products; medium: one), launched as "gemm_tf32"
+  // (ops_gemm.cpp's tf32_gemm says its contract): the OpenCL plugin's kernels/gemm_tf32.cl on
+  // NVIDIA GPUs whose compiler takes its PTX.
+  bool tf32_gemm = false;
   // The GEMM's largest tiles (128 x 128) stage K through one shared buffer instead of two: the
   // device's compiler gives the two-buffer kernel registers enough that fewer work-groups share
   // a compute unit (NVIDIA's Vulkan compiler: 157 registers against 116, so one 256-invocation

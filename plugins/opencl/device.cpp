@@ -181,6 +181,20 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
       {"matrix units", traits.coop_f16
                            ? "yes: f16 and bf16 GEMMs on them (inline PTX: mma.sync, cp.async)"
                            : "no"});
+  // f32 GEMMs on the tensor cores for float32_matmul_precision high and medium
+  // (kernels/gemm_tf32.cl) on the same GPUs: TF32 products need compute capability 8.0 as well.
+  if (traits.coop_f16) {
+    try {
+      (void)programs_->kernel(kTf32Gemm, "tk_main", tf32_gemm_options(0, 3));
+      traits.tf32_gemm = true;
+    } catch (const BackendError& e) {
+      log().debug("{}: no TF32 GEMM: {}", id, e.what());
+    }
+  }
+  info_.properties.push_back(
+      {"f32 GEMM on tensor cores",
+       traits.tf32_gemm ? "yes: float32_matmul_precision high (3 TF32 products), medium (1)"
+                        : "no: f32 arithmetic at every float32_matmul_precision"});
   launcher_ = std::make_unique<OpenclLauncher>(*this, *ctx_, traits);
   common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), {} compute units", id, info_.name, platform_name, info_.compute_units);

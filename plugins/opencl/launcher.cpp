@@ -2,7 +2,8 @@
 // program prelude.cl + common.tk + NAME.tk built with -DV0..-DV3, entry point tk_main, taking
 // eight buffers, the parameter words as one struct and the shared scratch as a __local argument.
 // The matrix-unit GEMM launches ("gemm_coopmat", "gemm_coopmat_bf16", made only where the traits
-// say so) run this plugin's kernels/gemm_mma.cl, which takes the same arguments.
+// say so) run this plugin's kernels/gemm_mma.cl, and "gemm_tf32" its kernels/gemm_tf32.cl; both
+// take the same arguments.
 #include <algorithm>
 #include <cstring>
 
@@ -14,6 +15,12 @@ namespace tessera::opencl {
 
 std::string mma_gemm_options(std::int32_t v0, bool bf16) {
   return fmt::format("-DV0={} -DTK_BF16={}", v0, bf16 ? 1 : 0);
+}
+
+std::string tf32_gemm_options(std::int32_t v0, std::int32_t v1) {
+  // At most 128 registers, so that two work-groups share an SM (the kernel declares no
+  // reqd_work_group_size: NVIDIA's compiler ignores the cap on kernels that do).
+  return fmt::format("-DV0={} -DV1={} -cl-nv-maxrregcount=128", v0, v1);
 }
 
 OpenclLauncher::OpenclLauncher(Device& device, Context& ctx, common::GpuTraits traits)
@@ -31,11 +38,14 @@ void OpenclLauncher::launch(const common::Launch& l) {
   params.w[common::kWordsOffset - 1] = static_cast<cl_int>(l.group_count());
 
   std::lock_guard lock(ctx_.launch_mu);
-  // The matrix-unit GEMM (only launched where the traits offer it) is the plugin's own kernel.
-  const bool mma = l.kernel().starts_with("gemm_coopmat");
+  // The tensor-core GEMMs (only launched where the traits offer them) are the plugin's own
+  // kernels.
   const cl_kernel k =
-      mma ? ctx_.programs.kernel(kMmaGemm, "tk_main",
+      l.kernel().starts_with("gemm_coopmat")
+          ? ctx_.programs.kernel(kMmaGemm, "tk_main",
                                  mma_gemm_options(v[0], l.kernel().ends_with("_bf16")))
+      : l.kernel() == "gemm_tf32"
+          ? ctx_.programs.kernel(kTf32Gemm, "tk_main", tf32_gemm_options(v[0], v[1]))
           : ctx_.programs.kernel(fmt::format("{}.tk", l.kernel()), "tk_main", options);
   const auto bindings = l.bindings();
   for (cl_uint b = 0; b < common::kMaxBindings; ++b) {

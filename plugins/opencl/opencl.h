@@ -171,6 +171,13 @@ class Programs {
 inline constexpr std::string_view kMmaGemm = "gemm_mma.cl";
 std::string mma_gemm_options(std::int32_t v0, bool bf16);
 
+// The plugin's own f32 GEMM on NVIDIA's tensor cores (kernels/gemm_tf32.cl: TF32 products through
+// inline PTX) for float32_matmul_precision() high and medium, and its build options for the
+// launch's V0 (flags) and V1 (products: 3 or 1). Offered (GpuTraits::tf32_gemm) where it builds
+// when the device opens.
+inline constexpr std::string_view kTf32Gemm = "gemm_tf32.cl";
+std::string tf32_gemm_options(std::int32_t v0, std::int32_t v1);
+
 // What every OpenCL kernel launch needs.
 struct Context {
   Programs& programs;

@@ -105,6 +105,14 @@ Ref reduce_ref(const Vec& x, int axis, F f, const Shape& dims = {3, 7, 5}) {
   return r;
 }
 
+// float32_matmul_precision set for a scope, "highest" again after it.
+struct PrecisionScope {
+  explicit PrecisionScope(MatmulPrecision p) { set_float32_matmul_precision(p); }
+  ~PrecisionScope() { set_float32_matmul_precision(MatmulPrecision::highest); }
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+};
+
 }  // namespace
 
 std::vector<Case> tessera::conformance::op_cases() {
@@ -153,6 +161,39 @@ std::vector<Case> tessera::conformance::op_cases() {
                EXPECT_NE(std::string(e.what()).find("addmm"), std::string::npos) << e.what();
              }
            }});
+  // float32_matmul_precision high and medium (TF32 products on NVIDIA's tensor cores through
+  // OpenCL; f32 elsewhere): within about 18 and 11 significant bits' error. Sizes with partial
+  // tiles, and a long K that the GPU plugins split.
+  for (const MatmulPrecision p : {MatmulPrecision::high, MatmulPrecision::medium}) {
+    const double tol = p == MatmulPrecision::high ? 2e-5 : 2e-3;
+    const std::string level(matmul_precision_name(p));
+    for (const Size sz : {Size{"", 260, 200, 136}, Size{"long_k_", 132, 68, 4096}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          c.push_back({fmt::format("matmul_precision_{}_{}{}{}", level, sz.prefix, ta ? "T" : "N",
+                                   tb ? "T" : "N"),
+                       OpId::matmul, [=](Device& d) {
+                         const auto [prefix, m, n, k] = sz;
+                         const Vec a = randn(m * k), b = randn(k * n);
+                         const Tensor ta_ = on(d, a, ta ? Shape{k, m} : Shape{m, k});
+                         const Tensor tb_ = on(d, b, tb ? Shape{n, k} : Shape{k, n});
+                         const PrecisionScope scope(p);
+                         expect_close(matmul(ta_, tb_, ta, tb).to_vector<float>(),
+                                      ref_matmul(a, b, m, n, k, ta, tb), tol);
+                       }});
+    c.push_back({fmt::format("addmm_precision_{}_NT", level), OpId::addmm, [=](Device& d) {
+                   const std::int64_t m = 136, n = 196, k = 260;
+                   const Vec a = randn(m * k), b = randn(k * n), bias = randn(n);
+                   Ref r = ref_matmul(a, b, m, n, k, false, true);
+                   for (std::int64_t i = 0; i < m; ++i)
+                     for (std::int64_t j = 0; j < n; ++j) r[i * n + j] += bias[j];
+                   const PrecisionScope scope(p);
+                   expect_close(
+                       addmm(on(d, a, {m, k}), on(d, b, {n, k}), on(d, bias, {n}), false, true)
+                           .to_vector<float>(),
+                       r, tol);
+                 }});
+  }
   c.push_back({"matmul_transposed_view", OpId::matmul, [](Device& d) {
                  const Vec a = randn(8 * 5), b = randn(8 * 6);
                  const Tensor y = matmul(on(d, a, {8, 5}).t(), on(d, b, {8, 6}));

@@ -1,37 +1,74 @@
-# The OpenCL plugin's tensor-core GEMM (plugins/opencl/kernels/gemm_mma.cl) compiled to PTX by
-# clang for an NVIDIA target, as NVIDIA's OpenCL compiler would take it: CI has no NVIDIA GPU, so
-# this is where a change to the kernel's text meets a compiler before the H100 runs it. For each
-# operand type and a set of the launch flags (ops_gemm.cpp's V0: transposed A and B, split K, f32
-# out, bias), the build must succeed and the PTX must hold the tensor-core product of that type,
-# ldmatrix, cp.async, and no local memory (the fragment arrays stay in registers).
-# cmake -DCLANG=... -DSOURCE=.../gemm_mma.cl -DOUT=<dir> -P opencl_mma_ptx.cmake
+# The OpenCL plugin's tensor-core GEMMs (plugins/opencl/kernels/gemm_mma.cl, gemm_tf32.cl)
+# compiled to PTX by clang for an NVIDIA target, as NVIDIA's OpenCL compiler would take them: CI
+# has no NVIDIA GPU, so this is where a change to a kernel's text meets a compiler before the H100
+# runs it. For each variant the build must succeed and the PTX must hold the instructions the
+# kernel is for and no local memory (the fragment arrays stay in registers).
+# cmake -DCLANG=... -DSOURCE=.../gemm_mma.cl -DSOURCE_TF32=.../gemm_tf32.cl -DOUT=<dir>
+#       -P opencl_mma_ptx.cmake
+
+# Compiles |source| with the definitions |defines| (a list of NAME=VALUE) into OUT/|name|.ptx and
+# requires each of the strings |wants| in it, at least |products| matches of |product|, and no
+# local memory.
+function(check_ptx name source defines wants product products)
+  set(ptx ${OUT}/${name}.ptx)
+  list(TRANSFORM defines PREPEND "-D")
+  execute_process(
+    COMMAND ${CLANG} -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl
+            -Xclang -finclude-default-header -O2 -march=sm_80 -Werror -S ${defines} ${source}
+            -o ${ptx}
+    RESULT_VARIABLE rc ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${name} does not compile:\n${err}")
+  endif()
+  file(READ ${ptx} text)
+  foreach(want ${wants})
+    string(FIND "${text}" "${want}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "${name}: no ${want} in its PTX")
+    endif()
+  endforeach()
+  string(REGEX MATCHALL "${product}" found "${text}")
+  list(LENGTH found count)
+  if(count LESS products)
+    message(FATAL_ERROR "${name}: ${count} of ${product}, expected at least ${products}")
+  endif()
+  string(FIND "${text}" ".local" at)
+  if(NOT at EQUAL -1)
+    message(FATAL_ERROR "${name} uses local memory")
+  endif()
+endfunction()
+
+# The 16-bit GEMM: each operand type and a set of the launch flags (ops_gemm.cpp's coop_gemm V0:
+# transposed A and B, split K, f32 out, bias): the product of that type, ldmatrix, cp.async.
 foreach(bf16 0 1)
+  if(bf16)
+    set(type "bf16.bf16")
+  else()
+    set(type "f16.f16")
+  endif()
   foreach(v0 0 1 2 3 4 6 8 11 24 27)
-    set(ptx ${OUT}/gemm_mma_${v0}_${bf16}.ptx)
-    execute_process(
-      COMMAND ${CLANG} -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl
-              -Xclang -finclude-default-header -O2 -march=sm_80 -Werror -S
-              -DV0=${v0} -DTK_BF16=${bf16} ${SOURCE} -o ${ptx}
-      RESULT_VARIABLE rc ERROR_VARIABLE err)
-    if(NOT rc EQUAL 0)
-      message(FATAL_ERROR "gemm_mma.cl with V0=${v0} TK_BF16=${bf16} does not compile:\n${err}")
+    set(product "mma.sync.aligned.m16n8k16.row.col.f32.${type}.f32")
+    check_ptx(gemm_mma_${v0}_${bf16} ${SOURCE} "V0=${v0};TK_BF16=${bf16}"
+              "${product};ldmatrix.sync.aligned;cp.async.cg.shared.global;cp.async.wait_group"
+              "${product}" 1)
+  endforeach()
+endforeach()
+
+# The f32 GEMM on TF32 products: each flag set (ops_gemm.cpp's tf32_gemm V0: transposed A and B,
+# bias) and both precisions (V1 3: high, 1: medium): the TF32 product, three (or one) a fragment
+# pair (96 or 32 in the K loop's two steps), the rounding to TF32, cp.async, and ldmatrix where an
+# operand's rows run along K.
+foreach(v1 1 3)
+  foreach(v0 0 1 2 3 8 11)
+    set(product "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")
+    set(wants "cvt.rna.tf32.f32;cp.async.cg.shared.global;cp.async.wait_group")
+    math(EXPR trans_a "${v0} % 2")
+    math(EXPR trans_b "(${v0} / 2) % 2")
+    if(trans_a EQUAL 0 OR trans_b EQUAL 1)
+      list(APPEND wants "ldmatrix.sync.aligned.m8n8.x4.shared.b16")
     endif()
-    file(READ ${ptx} text)
-    if(bf16)
-      set(type "bf16.bf16")
-    else()
-      set(type "f16.f16")
-    endif()
-    foreach(want "mma.sync.aligned.m16n8k16.row.col.f32.${type}.f32" "ldmatrix.sync.aligned"
-                 "cp.async.cg.shared.global" "cp.async.wait_group")
-      string(FIND "${text}" "${want}" at)
-      if(at EQUAL -1)
-        message(FATAL_ERROR "gemm_mma.cl with V0=${v0} TK_BF16=${bf16}: no ${want} in its PTX")
-      endif()
-    endforeach()
-    string(FIND "${text}" ".local" at)
-    if(NOT at EQUAL -1)
-      message(FATAL_ERROR "gemm_mma.cl with V0=${v0} TK_BF16=${bf16} uses local memory")
-    endif()
+    math(EXPR products "32 * ${v1}")
+    check_ptx(gemm_tf32_${v0}_${v1} ${SOURCE_TF32} "V0=${v0};V1=${v1}" "${wants}" "${product}"
+              ${products})
   endforeach()
 endforeach()

@@ -17,6 +17,7 @@
 #include "callback_files.h"
 #include "tessera/errors.h"
 #include "tessera/file.h"
+#include "tessera/ops.h"
 
 namespace tessera::train {
 
@@ -91,6 +92,8 @@ ProgressBar::ProgressBar(std::FILE* out) : out_(out), tty_(::isatty(::fileno(out
 void ProgressBar::on_fit_start(Trainer& t) {
   fmt::print(out_, "Training on {} ({}), {} parameters\n", t.device().id(), t.device().info().name,
              t.module().num_parameters());
+  if (const MatmulPrecision p = float32_matmul_precision(); p != MatmulPrecision::highest)
+    fmt::print(out_, "float32 matmul precision: {}\n", matmul_precision_name(p));
   const TrainingProgress& p = t.progress();
   if (t.resumed()) {
     if (p.epoch_batch > 0)

@@ -131,12 +131,21 @@ inline constexpr int kMaxOpInputs = 6;
 inline constexpr int kMaxOpOutputs = 5;
 
 struct NoAttrs {};
+// How an f32 product may compute (torch.set_float32_matmul_precision's levels): highest, f32
+// arithmetic throughout; high, products as precise as TF32's (11 significant bits an operand) or
+// more (PyTorch: TF32, or each float as two bf16); medium, as precise as bf16's (8) or more.
+// Devices without a faster way compute every level in f32 (ops.h's set_float32_matmul_precision
+// says what each plugin does).
+enum class MatmulPrecision : std::uint8_t { highest, high, medium };
+
 struct MatmulAttrs {
   bool trans_a = false;  // use a^T ([K,M] stored)
   bool trans_b = false;  // use b^T ([N,K] stored)
   // The result's dtype (torch.mm's out_dtype): nullopt or the inputs' dtype, else f32 for f16 or
   // bf16 inputs (their f32 sums, not rounded; addmm's bias then in f32 too).
   std::optional<DType> out_dtype;
+  // f32 operands: float32_matmul_precision() when the op was called (ignored for other dtypes).
+  MatmulPrecision precision = MatmulPrecision::highest;
 };
 struct ScalarAttrs {
   double value = 0;

@@ -31,6 +31,19 @@ void run_op(OpCall& call);
 // takes f32). Any other dtype throws InvalidArgument. The same for addmm and bmm.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
               std::optional<DType> out_dtype = std::nullopt);
+// torch.set_float32_matmul_precision / get_float32_matmul_precision: how matmul, addmm and bmm of
+// f32 tensors (and the products of their gradients) may compute from now on, process-wide:
+// "highest" (the default) f32 arithmetic; "high" and "medium" let a device trade precision for
+// speed within PyTorch's meaning of them (op.h's MatmulPrecision). Where the OpenCL plugin runs on
+// an NVIDIA GPU of compute capability 8.0 or newer ("f32 GEMM on tensor cores" in tessera-devices
+// -v), "high" multiplies each operand as the sum of two TF32 numbers on the tensor cores (three
+// TF32 products, f32 sums: about 18 significant bits) and "medium" as one (TF32's 11); every
+// other device computes every level in f32. The string form throws InvalidArgument for any other
+// name.
+void set_float32_matmul_precision(MatmulPrecision precision);
+void set_float32_matmul_precision(std::string_view precision);
+MatmulPrecision float32_matmul_precision();
+std::string_view matmul_precision_name(MatmulPrecision precision);  // "highest", "high", "medium"
 // op(a) @ op(b) + bias, bias [N] added to every row (a Linear layer's forward), in the result's
 // dtype (with out_dtype f32, an f32 bias on 16-bit a and b). One kernel where the device has one;
 // a device without it runs matmul then add, on that device (no fallback).

@@ -8,7 +8,7 @@
 
 // Bumped whenever the descriptor, the C++ interfaces a plugin implements, or the op table change.
 // (New return codes of create, below, do not bump it: every non-zero code already means failure.)
-#define TESSERA_PLUGIN_ABI_VERSION 8u
+#define TESSERA_PLUGIN_ABI_VERSION 9u
 #define TESSERA_PLUGIN_ENTRY_SYMBOL "tessera_plugin_entry"
 
 // The C++ objects behind the door (Backend, Device, Tensor) cross it, so the plugin and the core
