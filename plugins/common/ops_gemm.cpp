@@ -102,6 +102,22 @@ KParts split_k(std::int64_t k, std::int64_t want, int tk) {
   return {per, (k + per - 1) / per};
 }
 
+// The work-groups that run at once on the device, |per_unit| a compute unit (4 units where the
+// API does not say).
+std::int64_t wave_slots(const GpuTraits& traits, std::int64_t per_unit) {
+  return (traits.compute_units > 0 ? traits.compute_units : 4) * per_unit;
+}
+
+// K of a product with |groups| output tiles split to fill one wave of |slots| work-groups (a part
+// more would start a second wave, as long as the first): as many parts as the wave holds, each at
+// least |least| long and a multiple of |slice|. K below 2048 (and a wave the tiles already fill)
+// stays whole: {k, 1}.
+KParts wave_split(std::int64_t k, std::int64_t groups, std::int64_t slots, std::int64_t least,
+                  int slice) {
+  const std::int64_t want = k >= 2048 ? std::min(slots / groups, k / least) : 1;
+  return want > 1 ? split_k(k, want, slice) : KParts{k, 1};
+}
+
 // Appends the words both GEMM kernels read first (gemm.tk's MODE 0, gemm_coopmat.comp): P(0) M,
 // P(1) N, P(2) K, P(3) tiles across N, P(4) tiles per matrix, P(5) batch rank, P(6..9) batch
 // extents, P(10..17) a's and b's matrix strides, P(18) matrices.
@@ -186,13 +202,13 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
   constexpr int kThreads = 256;
   const std::int64_t across = (n + kTileN - 1) / kTileN,
                      tiles = across * ((m + kTileM - 1) / kTileM);
-  KParts split{k, 1};
-  const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
-  // As many parts as make one wave of the work-groups that run at once (coop_groups_per_unit a
-  // compute unit): a part more would start a second wave for a few of them.
-  const std::int64_t slots = units * std::max(l.traits().coop_groups_per_unit, 1);
-  if (!bias && k >= 2048 && m % kTileM == 0 && n % kTileN == 0 && g.count * tiles < slots)
-    split = split_k(k, std::min(slots / (g.count * tiles), k / 1024), kSlice);
+  // One wave of the work-groups that run at once (coop_groups_per_unit a compute unit).
+  const KParts split =
+      !bias && m % kTileM == 0 && n % kTileN == 0
+          ? wave_split(k, g.count * tiles,
+                       wave_slots(l.traits(), std::max(l.traits().coop_groups_per_unit, 1)), 1024,
+                       kSlice)
+          : KParts{k, 1};
   const std::int64_t count = g.count * m * n;
   const Tensor partial =
       split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();
@@ -232,12 +248,7 @@ bool tf32_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
   constexpr int kThreads = 256;
   const std::int64_t across = (n + kTile - 1) / kTile, tiles = across * ((m + kTile - 1) / kTile);
   // K split as gemm() splits it for its largest tiles: one wave of two work-groups a compute unit.
-  KParts split{k, 1};
-  const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
-  if (k >= 2048) {
-    const std::int64_t want = std::min(2 * units / (g.count * tiles), k / 512);
-    if (want > 1) split = split_k(k, want, kSlice);
-  }
+  const KParts split = wave_split(k, g.count * tiles, wave_slots(l.traits(), 2), 512, kSlice);
   const std::int64_t count = g.count * m * n;
   const Tensor partial =
       split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();
@@ -268,19 +279,14 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
   // take as long as the first): the GPT's weight gradients on the H100 went from 20-25 to 31-42
   // TFLOP/s against one work-group a compute unit (docs/performance.md).
   KParts split{k, 1};
-  const std::int64_t units = l.traits().compute_units > 0 ? l.traits().compute_units : 4;
   if (k >= 2048) {
     GemmTiles big = t;
     const GemmTiles largest = with_buffers(gpu_tiles(l.traits())[0], l.traits());
     if (!tiles_from_environment() && !l.traits().is_cpu && unfit(largest, l.traits()).empty())
       big = largest;
     const std::int64_t groups = g.count * ((m + big.tm - 1) / big.tm) * ((n + big.tn - 1) / big.tn);
-    const std::int64_t slots = 2 * units;
-    const std::int64_t want = std::min(slots / groups, k / 512);
-    if (want > 1) {
-      t = big;
-      split = split_k(k, want, t.tk);
-    }
+    split = wave_split(k, groups, wave_slots(l.traits(), 2), 512, big.tk);
+    if (split.parts > 1) t = big;
   }
   // f16 and bf16 inputs load 4 at a time as two 32-bit words where aligned (as f32's 4-float
   // loads); the sums stay f32 (a scratch for c) and are rounded into c afterwards (cast_into),
