@@ -160,12 +160,14 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   traits.tiled_attention = !traits.is_cpu;
   // 16-bit GEMMs on tensor cores (kernels/gemm_mma.cl) where NVIDIA's compiler builds its inline
   // PTX; elsewhere (and where it fails) they compute in f32 (gemm.tk). One build decides for both
-  // operand types: the bf16 forms of mma.sync and cvt need the same compute capability (8.0) as
-  // cp.async and the f16 ones, and the other variants are built when first launched.
+  // operand types and for the f32 GEMM on TF32 products (kernels/gemm_tf32.cl, for
+  // float32_matmul_precision high and medium): the bf16 forms of mma.sync and cvt, and TF32's, need
+  // the same compute capability (8.0) as cp.async and the f16 ones; the other variants and the TF32
+  // kernel are built when first launched.
   if (traits.vendor_id == 0x10de && !traits.is_cpu) {
     try {
       (void)programs_->kernel(kMmaGemm, "tk_main", mma_gemm_options(0, false));
-      traits.coop_f16 = traits.coop_bf16 = true;
+      traits.coop_f16 = traits.coop_bf16 = traits.tf32_gemm = true;
       traits.coop_groups_per_unit = 2;
       // Above the Vulkan plugin's 20, so that `auto` takes this plugin on such a GPU: on the H100
       // it trains every built-in model sooner than vulkan:0 (10 epochs: CNN 7.4 against 10.7 s,
@@ -181,16 +183,6 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
       {"matrix units", traits.coop_f16
                            ? "yes: f16 and bf16 GEMMs on them (inline PTX: mma.sync, cp.async)"
                            : "no"});
-  // f32 GEMMs on the tensor cores for float32_matmul_precision high and medium
-  // (kernels/gemm_tf32.cl) on the same GPUs: TF32 products need compute capability 8.0 as well.
-  if (traits.coop_f16) {
-    try {
-      (void)programs_->kernel(kTf32Gemm, "tk_main", tf32_gemm_options(0, 3));
-      traits.tf32_gemm = true;
-    } catch (const BackendError& e) {
-      log().debug("{}: no TF32 GEMM: {}", id, e.what());
-    }
-  }
   info_.properties.push_back(
       {"f32 GEMM on tensor cores",
        traits.tf32_gemm ? "yes: float32_matmul_precision high (3 TF32 products), medium (1)"

@@ -173,8 +173,8 @@ std::string mma_gemm_options(std::int32_t v0, bool bf16);
 
 // The plugin's own f32 GEMM on NVIDIA's tensor cores (kernels/gemm_tf32.cl: TF32 products through
 // inline PTX) for float32_matmul_precision() high and medium, and its build options for the
-// launch's V0 (flags) and V1 (products: 3 or 1). Offered (GpuTraits::tf32_gemm) where it builds
-// when the device opens.
+// launch's V0 (flags) and V1 (products: 3 or 1). Offered (GpuTraits::tf32_gemm) where the 16-bit
+// one builds when the device opens (the same compute capability); built when first launched.
 inline constexpr std::string_view kTf32Gemm = "gemm_tf32.cl";
 std::string tf32_gemm_options(std::int32_t v0, std::int32_t v1);
 
