@@ -93,10 +93,7 @@ Tensor fold_transpose(const Tensor& t, bool& trans) {
   return t;
 }
 
-}  // namespace
-
-namespace {
-
+// set_float32_matmul_precision's setting, read by every matmul, addmm and bmm call.
 std::atomic<MatmulPrecision> g_matmul_precision{MatmulPrecision::highest};
 
 }  // namespace
