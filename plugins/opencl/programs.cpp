@@ -53,7 +53,10 @@ std::string_view embedded_text(std::string_view file) {
 // build defines them; ../common/portable.cmake), the portable prelude and common functions
 // (../common/kernels/README.md).
 std::string source_of(std::string_view file) {
-  if (!file.ends_with(".tk")) return std::string(embedded_text(file));
+  // The plugin's own kernels for NVIDIA GPUs (kernels/*.cl) after what they share (kernels/ptx.cl).
+  if (!file.ends_with(".tk"))
+    return fmt::format("{}\n#line 1 \"{}\"\n{}", embedded_text("ptx.cl"), file,
+                       embedded_text(file));
   const auto defs = embedded_file(fmt::format("{}.defs", file));
   return fmt::format("{}{}\n{}\n#line 1 \"{}\"\n{}",
                      std::string_view(reinterpret_cast<const char*>(defs.data()), defs.size()),

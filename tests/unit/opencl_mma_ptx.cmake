@@ -1,10 +1,11 @@
 # The OpenCL plugin's tensor-core GEMMs (plugins/opencl/kernels/gemm_mma.cl, gemm_tf32.cl)
 # compiled to PTX by clang for an NVIDIA target, as NVIDIA's OpenCL compiler would take them: CI
 # has no NVIDIA GPU, so this is where a change to a kernel's text meets a compiler before the H100
-# runs it. For each variant the build must succeed and the PTX must hold the instructions the
-# kernel is for and no local memory (the fragment arrays stay in registers).
-# cmake -DCLANG=... -DSOURCE=.../gemm_mma.cl -DSOURCE_TF32=.../gemm_tf32.cl -DOUT=<dir>
-#       -P opencl_mma_ptx.cmake
+# runs it. Each is built after kernels/ptx.cl, as the plugin builds it. For each variant the build
+# must succeed and the PTX must hold the instructions the kernel is for and no local memory (the
+# fragment arrays stay in registers).
+# cmake -DCLANG=... -DPRELUDE=.../ptx.cl -DSOURCE=.../gemm_mma.cl -DSOURCE_TF32=.../gemm_tf32.cl
+#       -DOUT=<dir> -P opencl_mma_ptx.cmake
 
 # Compiles |source| with the definitions |defines| (a list of NAME=VALUE) into OUT/|name|.ptx and
 # requires each of the strings |wants| in it, at least |products| matches of |product|, and no
@@ -14,8 +15,8 @@ function(check_ptx name source defines wants product products)
   list(TRANSFORM defines PREPEND "-D")
   execute_process(
     COMMAND ${CLANG} -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl
-            -Xclang -finclude-default-header -O2 -march=sm_80 -Werror -S ${defines} ${source}
-            -o ${ptx}
+            -Xclang -finclude-default-header -O2 -march=sm_80 -Werror -S ${defines}
+            -include ${PRELUDE} ${source} -o ${ptx}
     RESULT_VARIABLE rc ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "${name} does not compile:\n${err}")

@@ -3,7 +3,8 @@
 // "gemm_coopmat_bf16" (TK_BF16 1) of ../../common/ops_gemm.cpp, where the device took this
 // program when it opened (device.cpp). Its contract is the Vulkan plugin's matrix-unit GEMM's
 // (../../vulkan/shaders/gemm_coopmat.comp): the same bindings, parameter words and V0 flags, 128 x
-// 128 tiles, 256 invocations, K slices of 32 (split K: parts of P(19), a multiple of 32).
+// 128 tiles, 256 invocations, K slices of 32 (split K: parts of P(19), a multiple of 32). Built
+// after ptx.cl (the parameter words, cp.async, ldmatrix, the tile's place).
 //
 // Each of the 8 subgroups multiplies a 64 x 32 block of the tile as 4 x 4 products
 // mma.sync.m16n8k16 (16-bit operands, f32 sums), its fragments loaded from shared memory by
@@ -37,12 +38,6 @@
 #define WIDE ((V0 & 8) != 0)
 #define BIAS ((V0 & 16) != 0)
 
-typedef struct {
-  int w[32];
-} TkParams;
-#define P(i) tk_p.w[9 + (i)]
-#define NGROUPS tk_p.w[8]
-
 #define BM 128
 #define BN 128
 #ifndef BK
@@ -64,7 +59,6 @@ typedef struct {
 #else
 #error "STAGES must be 2 or 3"
 #endif
-#define CP_COMMIT() __asm__ __volatile__("cp.async.commit_group;" ::: "memory")
 
 #if TK_BF16
 #define MMA_TYPES "bf16.bf16"
@@ -73,32 +67,6 @@ typedef struct {
 #define MMA_TYPES "f16.f16"
 #define CVT_PACK "cvt.rn.f16x2.f32"
 #endif
-
-// The address of a shared-memory location as the PTX instructions take it (the __local window).
-uint smem(__local const uint4* p) {
-  return (uint)(size_t)p;
-}
-
-// 16 bytes from |src| into shared memory at |dst|, asynchronously; |bytes| 0 fills zeros.
-void copy16(__local uint4* dst, __global const uint4* src, uint bytes) {
-  __asm__ __volatile__("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem(dst)), "l"(src),
-                       "r"(bytes)
-                       : "memory");
-}
-
-// Four 8 x 8 matrices of 16-bit elements, lane l giving the address of a row of matrix l / 8.
-void ldsm4(uint* r, __local const uint4* p) {
-  __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                       : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                       : "r"(smem(p))
-                       : "memory");
-}
-void ldsm4_trans(uint* r, __local const uint4* p) {
-  __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                       : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                       : "r"(smem(p))
-                       : "memory");
-}
 
 // d += a b for one 16 x 8 x 16 product (a: 4 registers of 2 elements, b: 2, d: 4 floats).
 void mma(float* d, const uint* a, uint b0, uint b1) {
@@ -124,8 +92,7 @@ void fetch(__local uint4* tile, __global const uint4* base, int c, int r0, int c
   const int per = width / 8;
   const int r = r0 + c / per, col = c0 + (c % per) * 8;
   const bool in = r < rows && col < cols;
-  copy16(tile + (c / per) * (per + 1) + c % per, in ? base + (r * cols + col) / 8 : base,
-         in ? 16u : 0u);
+  copy16(tile + (c / per) * (per + 1) + c % per, in ? base + (r * cols + col) / 8 : base, in);
 }
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
@@ -137,23 +104,12 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
   if (group >= NGROUPS) return;
   const int lid = (int)get_local_id(0);
   const int M = P(0), N = P(1), K = P(2);
-  const int tiles = P(4);
-  const int batch = group / tiles;
-  const int tile = group - batch * tiles;
-  const int m0 = (tile / P(3)) * BM;
-  const int n0 = (tile - (tile / P(3)) * P(3)) * BN;
-  int oa = 0, ob = 0;
+  const int3 at = gemm_tile(tk_p.w, group, BM, BN);
+  const int batch = at.x, m0 = at.y, n0 = at.z;
   const int part = SPLIT ? batch / P(18) : 0;  // split K: this part's slices [s0, s1)
-  int rest = SPLIT ? batch - part * P(18) : batch;
-  for (int d = P(5) - 1; d >= 0; --d) {
-    const int e = P(6 + d);
-    const int c = rest % e;
-    rest = rest / e;
-    oa += c * P(10 + d);
-    ob += c * P(14 + d);
-  }
-  __global const uint4* a = (__global const uint4*)t0 + (tk_p.w[0] + oa) / 8;
-  __global const uint4* b = (__global const uint4*)t1 + (tk_p.w[1] + ob) / 8;
+  const int2 off = matrix_offsets(tk_p.w, SPLIT ? batch - part * P(18) : batch);
+  __global const uint4* a = (__global const uint4*)t0 + (tk_p.w[0] + off.x) / 8;
+  __global const uint4* b = (__global const uint4*)t1 + (tk_p.w[1] + off.y) / 8;
 
   // Slice s into stage |st|: BM * BK / 8 chunks of A and as many of B, spread over the
   // invocations.

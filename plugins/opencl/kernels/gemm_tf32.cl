@@ -8,7 +8,8 @@
 // product is mma.sync.m16n8k8 with TF32 operands and f32 sums.
 // Its contract is the portable GEMM's MODE 0 (../../common/kernels/gemm.tk): the same bindings and
 // parameter words, split K (P(21), a multiple of 16), 128 x 128 tiles of 256 invocations; V0:
-// 1 a stored [K, M], 2 b stored [N, K], 8 bias.
+// 1 a stored [K, M], 2 b stored [N, K], 8 bias. Built after ptx.cl (the parameter words,
+// cp.async, ldmatrix, the tile's place).
 //
 // Each of the 8 subgroups multiplies a 64 x 32 block of the tile as 4 x 4 products of 16 x 8 x 8.
 // K slices of 16 floats reach shared memory by cp.async (16 bytes a copy, zeros past the edges),
@@ -34,12 +35,6 @@
 #define TRANS_B ((V0 & 2) != 0)
 #define BIAS ((V0 & 8) != 0)
 
-typedef struct {
-  int w[32];
-} TkParams;
-#define P(i) tk_p.w[9 + (i)]
-#define NGROUPS tk_p.w[8]
-
 #define BM 128
 #define BN 128
 #define BK 16
@@ -51,29 +46,7 @@ typedef struct {
 #define TILE (BM * RK > BK * RX ? BM * RK : BK * RX)  // floats of one operand's tile (BM == BN)
 #define STAGE (2 * TILE)
 
-#define CP_COMMIT() __asm__ __volatile__("cp.async.commit_group;" ::: "memory")
 #define CP_WAIT() __asm__ __volatile__("cp.async.wait_group 0;" ::: "memory")
-
-// The address of a shared-memory location as the PTX instructions take it (the __local window).
-uint smem(__local const float* p) {
-  return (uint)(size_t)p;
-}
-
-// 16 bytes from |src| into shared memory at |dst|, asynchronously; |in| false fills zeros.
-void copy16(__local float* dst, __global const float* src, bool in) {
-  __asm__ __volatile__("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem(dst)), "l"(src),
-                       "r"(in ? 16u : 0u)
-                       : "memory");
-}
-
-// Four 8 x 4 blocks of floats, lane l giving the address of a row of block l / 8; lane (g, t) =
-// (l / 4, l % 4) receives element (g, t) of each.
-void ldsm4(uint* r, __local const float* p) {
-  __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                       : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                       : "r"(smem(p))
-                       : "memory");
-}
 
 // |x| rounded to TF32 (the nearest, ties away from zero), as the bits mma.sync takes.
 uint tf32(float x) {
@@ -119,24 +92,13 @@ __kernel void tk_main(__global const float* t0, __global const float* t1, __glob
   if (group >= NGROUPS) return;
   const int lid = (int)get_local_id(0);
   const int M = P(0), N = P(1), K = P(2);
-  const int tiles = P(4);
-  const int batch = group / tiles;
-  const int tile = group - batch * tiles;
-  const int m0 = (tile / P(3)) * BM;
-  const int n0 = (tile - (tile / P(3)) * P(3)) * BN;
+  const int3 at = gemm_tile(tk_p.w, group, BM, BN);
+  const int batch = at.x, m0 = at.y, n0 = at.z;
   const int part = batch / P(18);  // batch = part * P(18) + the matrix
   const int kb = part * P(21), ke = min(K, kb + P(21));
-  int oa = 0, ob = 0;
-  int rest = batch - part * P(18);
-  for (int d = P(5) - 1; d >= 0; --d) {
-    const int e = P(6 + d);
-    const int c = rest % e;
-    rest = rest / e;
-    oa += c * P(10 + d);
-    ob += c * P(14 + d);
-  }
-  __global const float* a = t0 + tk_p.w[0] + oa;
-  __global const float* b = t1 + tk_p.w[1] + ob;
+  const int2 off = matrix_offsets(tk_p.w, batch - part * P(18));
+  __global const float* a = t0 + tk_p.w[0] + off.x;
+  __global const float* b = t1 + tk_p.w[1] + off.y;
 
   // Slice s (from kb) into stage |st|: BM * BK / 4 chunks of A and as many of B, two of each an
   // invocation; zeros past K (a part's slices end where the next part's begin: P(21) is a

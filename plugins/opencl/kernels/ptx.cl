@@ -1,0 +1,65 @@
+// What the OpenCL plugin's own kernels for NVIDIA GPUs (gemm_mma.cl, gemm_tf32.cl) share, built in
+// front of each (programs.cpp): the launch's parameter words, shared-memory addresses as PTX takes
+// them, cp.async, ldmatrix, and where a GEMM work-group's tile and matrix are (the portable GEMM's
+// words, ../../common/ops_gemm.cpp's gemm_words).
+
+// Words 0..7: element offsets of bindings 0..7; word 8: the number of work-groups; then P(i).
+typedef struct {
+  int w[32];
+} TkParams;
+#define P(i) tk_p.w[9 + (i)]
+#define NGROUPS tk_p.w[8]
+
+#define CP_COMMIT() __asm__ __volatile__("cp.async.commit_group;" ::: "memory")
+
+// The address of a shared-memory location as the PTX instructions take it (the __local window).
+uint smem(__local const void* p) {
+  return (uint)(size_t)p;
+}
+
+// 16 bytes from |src| into shared memory at |dst|, asynchronously; |in| false fills zeros.
+void copy16(__local void* dst, __global const void* src, bool in) {
+  __asm__ __volatile__("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem(dst)), "l"(src),
+                       "r"(in ? 16u : 0u)
+                       : "memory");
+}
+
+// Four 8 x 8 matrices of 16-bit elements (or 8 x 4 of 32-bit ones), lane l giving the address of a
+// row of matrix l / 8; lane l receives word l % 4 of row l / 4 of each (.trans: of the matrix
+// transposed, in 16-bit elements).
+void ldsm4(uint* r, __local const void* p) {
+  __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                       : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                       : "r"(smem(p))
+                       : "memory");
+}
+void ldsm4_trans(uint* r, __local const void* p) {
+  __asm__ __volatile__("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                       : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                       : "r"(smem(p))
+                       : "memory");
+}
+
+// Work-group |group|'s place in a GEMM launch with words |w| (TkParams::w) and |bm| x |bn| tiles:
+// x its batch index (part * P(18) + matrix where K is split), y and z the first row and column of
+// its tile (P(3) tiles across N, P(4) tiles a matrix).
+int3 gemm_tile(const int* w, int group, int bm, int bn) {
+  const int across = w[9 + 3], tiles = w[9 + 4];
+  const int batch = group / tiles;
+  const int tile = group - batch * tiles;
+  return (int3)(batch, (tile / across) * bm, (tile - (tile / across) * across) * bn);
+}
+
+// The element offsets of matrix |matrix| (< P(18)) of a launch with words |w| in a (x) and b (y):
+// P(5) batch dimensions of extents P(6..9), a's matrix strides P(10..13), b's P(14..17).
+int2 matrix_offsets(const int* w, int matrix) {
+  int2 at = (int2)(0, 0);
+  int rest = matrix;
+  for (int d = w[9 + 5] - 1; d >= 0; --d) {
+    const int e = w[9 + 6 + d];
+    const int c = rest % e;
+    rest = rest / e;
+    at += (int2)(c * w[9 + 10 + d], c * w[9 + 14 + d]);
+  }
+  return at;
+}
