@@ -1,3 +1,6 @@
+#include <cstdlib>
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "../common/limits.h"
@@ -95,6 +98,17 @@ bool has_extension(const std::string& list, std::string_view ext) {
 
 }  // namespace
 
+bool wgmma_allowed() {
+  const char* env = std::getenv("TESSERA_OPENCL_WGMMA");
+  const std::string_view v = env ? env : "";
+  if (v.empty() || v == "1") return true;
+  if (v == "0") return false;
+  throw ConfigError(fmt::format(
+      "TESSERA_OPENCL_WGMMA='{}' is not 0 or 1 (0: the OpenCL plugin's 16-bit GEMMs on compute "
+      "capability 9.0 use mma.sync instead of wgmma); unset it for 1",
+      v));
+}
+
 OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int index) {
   const std::string id = fmt::format("opencl:{}", index);
   cl_int err = CL_SUCCESS;
@@ -179,15 +193,35 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
       log().debug("{}: no tensor-core GEMM: {}", id, e.what());
     }
   }
+  // On compute capability 9.0 (Hopper) the 16-bit GEMMs take the warpgroup products instead
+  // (kernels/gemm_wgmma.cl: sm_90a PTX, which runs on 9.0 alone), where it builds;
+  // TESSERA_OPENCL_WGMMA=0 keeps mma.sync (for comparisons).
+  bool wgmma = false;
+  if (traits.coop_f16 && has_extension(extensions, "cl_nv_device_attribute_query") &&
+      device_value<cl_uint>(device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV) == 9 &&
+      device_value<cl_uint>(device, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV) == 0) {
+    if (!wgmma_allowed()) {
+      log().debug("{}: TESSERA_OPENCL_WGMMA=0: the 16-bit GEMMs keep mma.sync", id);
+    } else {
+      try {
+        (void)programs_->kernel(kWgmmaGemm, "tk_main", mma_gemm_options(0, false),
+                                Programs::Retarget::sm_90a);
+        wgmma = true;
+      } catch (const BackendError& e) {
+        log().debug("{}: no warpgroup GEMM (mma.sync instead): {}", id, e.what());
+      }
+    }
+  }
   info_.properties.push_back(
-      {"matrix units", traits.coop_f16
-                           ? "yes: f16 and bf16 GEMMs on them (inline PTX: mma.sync, cp.async)"
-                           : "no"});
+      {"matrix units",
+       !traits.coop_f16 ? "no"
+       : wgmma          ? "yes: f16 and bf16 GEMMs on them (inline PTX for sm_90a: wgmma, cp.async)"
+                        : "yes: f16 and bf16 GEMMs on them (inline PTX: mma.sync, cp.async)"});
   info_.properties.push_back(
       {"f32 GEMM on tensor cores",
        traits.tf32_gemm ? "yes: float32_matmul_precision high (3 TF32 products), medium (1)"
                         : "no: f32 arithmetic at every float32_matmul_precision"});
-  launcher_ = std::make_unique<OpenclLauncher>(*this, *ctx_, traits);
+  launcher_ = std::make_unique<OpenclLauncher>(*this, *ctx_, traits, wgmma);
   common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), {} compute units", id, info_.name, platform_name, info_.compute_units);
 }

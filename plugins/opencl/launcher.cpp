@@ -2,8 +2,8 @@
 // program prelude.cl + common.tk + NAME.tk built with -DV0..-DV3, entry point tk_main, taking
 // eight buffers, the parameter words as one struct and the shared scratch as a __local argument.
 // The matrix-unit GEMM launches ("gemm_coopmat", "gemm_coopmat_bf16", made only where the traits
-// say so) run this plugin's kernels/gemm_mma.cl, and "gemm_tf32" its kernels/gemm_tf32.cl; both
-// take the same arguments.
+// say so) run this plugin's kernels/gemm_mma.cl (kernels/gemm_wgmma.cl on Hopper), and "gemm_tf32"
+// its kernels/gemm_tf32.cl; all take the same arguments.
 #include <algorithm>
 #include <cstring>
 
@@ -23,8 +23,8 @@ std::string tf32_gemm_options(std::int32_t v0, std::int32_t v1) {
   return fmt::format("-DV0={} -DV1={} -cl-nv-maxrregcount=128", v0, v1);
 }
 
-OpenclLauncher::OpenclLauncher(Device& device, Context& ctx, common::GpuTraits traits)
-    : device_(device), ctx_(ctx), traits_(traits) {}
+OpenclLauncher::OpenclLauncher(Device& device, Context& ctx, common::GpuTraits traits, bool wgmma)
+    : device_(device), ctx_(ctx), traits_(traits), wgmma_(wgmma) {}
 
 void OpenclLauncher::launch(const common::Launch& l) {
   const auto v = l.variant();
@@ -42,8 +42,9 @@ void OpenclLauncher::launch(const common::Launch& l) {
   // kernels.
   const cl_kernel k =
       l.kernel().starts_with("gemm_coopmat")
-          ? ctx_.programs.kernel(kMmaGemm, "tk_main",
-                                 mma_gemm_options(v[0], l.kernel().ends_with("_bf16")))
+          ? ctx_.programs.kernel(wgmma_ ? kWgmmaGemm : kMmaGemm, "tk_main",
+                                 mma_gemm_options(v[0], l.kernel().ends_with("_bf16")),
+                                 wgmma_ ? Programs::Retarget::sm_90a : Programs::Retarget::none)
       : l.kernel() == "gemm_tf32"
           ? ctx_.programs.kernel(kTf32Gemm, "tk_main", tf32_gemm_options(v[0], v[1]))
           : ctx_.programs.kernel(fmt::format("{}.tk", l.kernel()), "tk_main", options);

@@ -5,6 +5,7 @@
 
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
+#include <CL/cl_ext.h>
 
 #include <array>
 #include <atomic>
@@ -147,12 +148,22 @@ class Programs {
  public:
   Programs(cl_context context, cl_device_id device, std::string id, std::string cache_key);
   ~Programs();
+  // How a kernel's PTX is finished on NVIDIA devices. sm_90a: the file is compiled with
+  // TK_WGMMA_COMMENTED defined, which writes the instructions that only the sm_90a target has as
+  // PTX comments marked "//@"; the marks are removed from the PTX the driver returns, its target
+  // becomes sm_90a, and that PTX is built as the program's binary (NVIDIA's OpenCL compiler emits
+  // sm_90 PTX, whose assembler refuses wgmma). Throws BackendError where the driver's binary is not
+  // such PTX.
+  enum class Retarget { none, sm_90a };
   // The kernel |name| of kernels/|file| built with |options| ("-DTM=128 ..."). Throws
   // BackendError with the compiler's log when the build fails.
-  cl_kernel kernel(std::string_view file, std::string_view name, const std::string& options = {});
+  cl_kernel kernel(std::string_view file, std::string_view name, const std::string& options = {},
+                   Retarget retarget = Retarget::none);
 
  private:
-  cl_program build(std::string_view file, const std::string& options);
+  cl_program build(std::string_view file, const std::string& options, Retarget retarget);
+  cl_program retarget_sm_90a(cl_program compiled, std::string_view file,
+                             const std::string& options);
   cl_context context_;
   cl_device_id device_;
   std::string id_;
@@ -170,6 +181,14 @@ class Programs {
 // (compute capability 8.0 or newer).
 inline constexpr std::string_view kMmaGemm = "gemm_mma.cl";
 std::string mma_gemm_options(std::int32_t v0, bool bf16);
+
+// The same launches on Hopper's warpgroup products (kernels/gemm_wgmma.cl: wgmma, cp.async; built
+// with Programs::Retarget::sm_90a): taken instead of kMmaGemm on NVIDIA devices of compute
+// capability 9.0 where it builds when the device opens (OpenclLauncher's wgmma flag).
+inline constexpr std::string_view kWgmmaGemm = "gemm_wgmma.cl";
+// TESSERA_OPENCL_WGMMA: unset or 1, kWgmmaGemm where it builds; 0, kMmaGemm (for comparisons).
+// Throws ConfigError for any other value; the plugin reads it when it loads.
+bool wgmma_allowed();
 
 // The plugin's own f32 GEMM on NVIDIA's tensor cores (kernels/gemm_tf32.cl: TF32 products through
 // inline PTX) for float32_matmul_precision() high and medium, and its build options for the
@@ -190,7 +209,8 @@ using KernelTable = std::array<std::unique_ptr<Kernel>, kNumOps>;
 // Runs the portable kernels (../common/portable.h) on one device; lives as long as the device.
 class OpenclLauncher final : public common::Launcher {
  public:
-  OpenclLauncher(Device& device, Context& ctx, common::GpuTraits traits);
+  // |wgmma|: the matrix-unit GEMM launches run kWgmmaGemm (else kMmaGemm).
+  OpenclLauncher(Device& device, Context& ctx, common::GpuTraits traits, bool wgmma);
   Device& device() override { return device_; }
   const common::GpuTraits& traits() const override { return traits_; }
   void launch(const common::Launch& l) override;
@@ -199,6 +219,7 @@ class OpenclLauncher final : public common::Launcher {
   Device& device_;
   Context& ctx_;
   common::GpuTraits traits_;
+  bool wgmma_;
 };
 
 class OpenclDevice final : public Device {

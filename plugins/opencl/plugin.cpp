@@ -65,6 +65,7 @@ class OpenclBackend final : public common::OwningBackend {
 std::unique_ptr<Backend> create_backend() {
   common::check_gemm_environment();
   common::check_attention_environment();
+  (void)wgmma_allowed();
   return std::make_unique<OpenclBackend>();
 }
 

@@ -1,6 +1,9 @@
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "opencl.h"
+#include "ptx_retarget.h"
 #include "tessera/embedded.h"
 #include "tessera/file.h"
 #include "tessera/log.h"
@@ -81,14 +84,16 @@ Programs::Programs(cl_context context, cl_device_id device, std::string id, std:
 
 Programs::~Programs() = default;  // devices live until exit; the driver may be unloading
 
-cl_kernel Programs::kernel(std::string_view file, std::string_view name,
-                           const std::string& options) {
-  const std::string program_key = fmt::format("{}\n{}", file, options);
+cl_kernel Programs::kernel(std::string_view file, std::string_view name, const std::string& options,
+                           Retarget retarget) {
+  const std::string program_key =
+      fmt::format("{}\n{}{}", file, options, retarget == Retarget::sm_90a ? "\nsm_90a" : "");
   const std::string kernel_key = fmt::format("{}\n{}", program_key, name);
   std::lock_guard lock(mu_);
   if (auto it = kernels_.find(kernel_key); it != kernels_.end()) return it->second;
   auto it = programs_.find(program_key);
-  if (it == programs_.end()) it = programs_.emplace(program_key, build(file, options)).first;
+  if (it == programs_.end())
+    it = programs_.emplace(program_key, build(file, options, retarget)).first;
   cl_int err = CL_SUCCESS;
   const std::string kernel_name(name);
   cl_kernel k = clCreateKernel(it->second, kernel_name.c_str(), &err);
@@ -97,11 +102,14 @@ cl_kernel Programs::kernel(std::string_view file, std::string_view name,
   return k;
 }
 
-cl_program Programs::build(std::string_view file, const std::string& options) {
+cl_program Programs::build(std::string_view file, const std::string& options, Retarget retarget) {
   const std::string source = source_of(file);
-  const std::string all_options = options + " -cl-std=CL1.2" + verbose_;
+  const bool sm_90a = retarget == Retarget::sm_90a;
+  const std::string all_options =
+      options + (sm_90a ? " -DTK_WGMMA_COMMENTED" : "") + " -cl-std=CL1.2" + verbose_;
   // Everything the binary depends on: the source, the options, the device and its driver.
-  const std::string key = fmt::format("{:016x}|{}|{}\n", fnv1a(source), all_options, cache_key_);
+  const std::string key = fmt::format("{:016x}|{}|{}{}\n", fnv1a(source), all_options, cache_key_,
+                                      sm_90a ? "|sm_90a" : "");
   const std::string entry = fmt::format("opencl-{:016x}.bin", fnv1a(key));
 
   if (const auto cached = cache_read(entry)) {
@@ -136,10 +144,34 @@ cl_program Programs::build(std::string_view file, const std::string& options) {
     throw BackendError(fmt::format("building kernels/{} ({}) for {} failed: {}\n{}", file,
                                    all_options, id_, error_name(err), compiler_log));
   }
+  if (sm_90a) p = retarget_sm_90a(p, file, all_options);
   if (!verbose_.empty())
     log().debug("{}: kernels/{} ({}) compiled: {}", id_, file, options, build_log(p, device_));
   if (const std::string bin = program_binary(p); !bin.empty())
     cache_write(entry, fmt::format("{}{}{}", kMagic, key, bin));
+  return p;
+}
+
+cl_program Programs::retarget_sm_90a(cl_program compiled, std::string_view file,
+                                     const std::string& options) {
+  std::string ptx = program_binary(compiled);
+  clReleaseProgram(compiled);
+  ptx = ptx_for_sm_90a(std::move(ptx), fmt::format("kernels/{} on {}", file, id_));
+  const auto* text = reinterpret_cast<const unsigned char*>(ptx.c_str());
+  const std::size_t size = ptx.size() + 1;
+  cl_int status = CL_SUCCESS, err = CL_SUCCESS;
+  cl_program p = clCreateProgramWithBinary(context_, 1, &device_, &size, &text, &status, &err);
+  if (err != CL_SUCCESS || status != CL_SUCCESS) {
+    if (p) clReleaseProgram(p);
+    check(err != CL_SUCCESS ? err : status, "clCreateProgramWithBinary", id_);
+  }
+  err = clBuildProgram(p, 1, &device_, options.c_str(), nullptr, nullptr);
+  if (err != CL_SUCCESS) {
+    const std::string compiler_log = build_log(p, device_);
+    clReleaseProgram(p);
+    throw BackendError(fmt::format("building kernels/{} for sm_90a on {} failed: {}\n{}", file, id_,
+                                   error_name(err), compiler_log));
+  }
   return p;
 }
 

@@ -285,6 +285,29 @@ TEST(TesseraDevices, AMalformedAttentionScratchVariableFailsTheGpuPlugins) {
   EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
 }
 
+// The OpenCL plugin's own variable fails that plugin alone.
+TEST(TesseraDevices, AMalformedWgmmaVariableFailsTheOpenclPlugin) {
+  for (const std::string value : {"2", "yes", "01", "on"}) {
+    const Result r = run("TESSERA_OPENCL_WGMMA=" + value, std::string(DEVICES_BIN) + " --json");
+    EXPECT_EQ(r.code, 2) << value << "\n" << r.out << r.err;
+    const json j = json::parse(r.out);
+    const json* opencl = find(j["plugins"], "name", "opencl");
+    ASSERT_NE(opencl, nullptr);
+    EXPECT_EQ((*opencl)["stage"], "config") << value;
+    EXPECT_NE((*opencl)["reason"].get<std::string>().find("TESSERA_OPENCL_WGMMA='" + value +
+                                                          "' is not 0 or 1"),
+              std::string::npos)
+        << (*opencl)["reason"];
+    const json* vulkan = find(j["plugins"], "name", "vulkan");
+    ASSERT_NE(vulkan, nullptr);
+    EXPECT_NE((*vulkan)["stage"], "config") << value;
+  }
+  for (const char* value : {"0", "1", ""}) {
+    const Result ok = run(std::string("TESSERA_OPENCL_WGMMA=") + value, DEVICES_BIN);
+    EXPECT_EQ(ok.code, 0) << value << "\n" << ok.out << ok.err;
+  }
+}
+
 // A oneDNN that loads but lacks its entry points: auto falls back to OpenBLAS and says why; naming
 // oneDNN fails the plugin with the reason and how to install it.
 TEST(TesseraDevices, AnUnusableOneDnnFallsBackToOpenBlasUnlessItWasNamed) {

@@ -1,10 +1,12 @@
-# The OpenCL plugin's tensor-core GEMMs (plugins/opencl/kernels/gemm_mma.cl, gemm_tf32.cl)
+# The OpenCL plugin's tensor-core GEMMs (plugins/opencl/kernels/gemm_mma.cl, gemm_tf32.cl,
+# gemm_wgmma.cl)
 # compiled to PTX by clang for an NVIDIA target, as NVIDIA's OpenCL compiler would take them: CI
 # has no NVIDIA GPU, so this is where a change to a kernel's text meets a compiler before the H100
 # runs it. Each is built after kernels/ptx.cl, as the plugin builds it. For each variant the build
 # must succeed and the PTX must hold the instructions the kernel is for and no local memory (the
 # fragment arrays stay in registers).
 # cmake -DCLANG=... -DPRELUDE=.../ptx.cl -DSOURCE=.../gemm_mma.cl -DSOURCE_TF32=.../gemm_tf32.cl
+#       -DSOURCE_WGMMA=.../gemm_wgmma.cl
 #       -DOUT=<dir> -P opencl_mma_ptx.cmake
 
 # Compiles |source| with the definitions |defines| (a list of NAME=VALUE) into OUT/|name|.ptx and
@@ -71,5 +73,29 @@ foreach(v1 1 3)
     math(EXPR products "32 * ${v1}")
     check_ptx(gemm_tf32_${v0}_${v1} ${SOURCE_TF32} "V0=${v0};V1=${v1}" "${wants}" "${product}"
               ${products})
+  endforeach()
+endforeach()
+
+# The 16-bit GEMM on Hopper's warpgroup products, as the plugin builds it (TK_WGMMA_COMMENTED: the
+# sm_90a instructions as "//@" comments that Programs::Retarget::sm_90a turns into instructions):
+# each operand type and a set of the launch flags; the marked product of that type (two a K slice),
+# the marked fence, commit and wait, the proxy fence and cp.async, and no sm_90a instruction
+# unmarked (which NVIDIA's sm_90 assembler would refuse).
+foreach(bf16 0 1)
+  if(bf16)
+    set(type "bf16.bf16")
+  else()
+    set(type "f16.f16")
+  endif()
+  foreach(v0 0 1 2 3 4 6 8 11 24 27)
+    set(product "//@wgmma.mma_async.sync.aligned.m64n128k16.f32.${type} {%f")
+    check_ptx(gemm_wgmma_${v0}_${bf16} ${SOURCE_WGMMA} "V0=${v0};TK_BF16=${bf16};TK_WGMMA_COMMENTED"
+              "//@wgmma.fence.sync.aligned;//@wgmma.commit_group.sync.aligned;//@wgmma.wait_group.sync.aligned 0;fence.proxy.async.shared::cta;cp.async.cg.shared.global"
+              "${product}" 2)
+    file(READ ${OUT}/gemm_wgmma_${v0}_${bf16}.ptx text)
+    string(REGEX MATCH "[^@]wgmma\\." unmarked "${text}")
+    if(unmarked)
+      message(FATAL_ERROR "gemm_wgmma_${v0}_${bf16}: an unmarked wgmma instruction")
+    endif()
   endforeach()
 endforeach()

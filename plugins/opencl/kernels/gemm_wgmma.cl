@@ -1,0 +1,248 @@
+// C = op(A) op(B) for f16 or bf16 A and B on Hopper's warpgroup tensor-core products (wgmma), in
+// OpenCL C with inline PTX: the form of gemm_mma.cl's launches ("gemm_coopmat", TK_BF16 0, and
+// "gemm_coopmat_bf16", TK_BF16 1) that the plugin takes on NVIDIA GPUs of compute capability 9.0,
+// where this program builds (device.cpp). The same contract as gemm_mma.cl (and the Vulkan
+// plugin's shaders/gemm_coopmat.comp): bindings, parameter words and V0 flags, 128 x 128 tiles of
+// 256 invocations, split K in parts of P(19), a multiple of 32. Built after ptx.cl.
+//
+// wgmma is PTX for the sm_90a target, and NVIDIA's OpenCL compiler emits sm_90 PTX, whose
+// assembler refuses it. So the plugin builds this file with TK_WGMMA_COMMENTED defined, which
+// writes each wgmma instruction as a PTX comment ("//@" and the instruction, its operands filled
+// in by the compiler like any inline asm), then removes the marks and names sm_90a in the PTX the
+// driver returns, and builds that as the program's binary (programs.cpp, Programs::kernel with
+// Retarget::sm_90a). The asm statements are volatile: they keep their order, and the "+f"
+// operands tie the sums to the instructions that read and write them.
+//
+// Each of the two warpgroups (4 subgroups, 128 invocations) multiplies 64 rows of the tile by its
+// 128 columns: wgmma.mma_async.m64n128k16, both operands read from shared memory through matrix
+// descriptors, the 64 x 128 f32 sums in 64 registers of each invocation. Shared tiles are in the
+// descriptors' canonical layout without swizzling: "core matrices" of 8 rows of 8 elements (128
+// contiguous bytes), kept in the order of the operand's rows in memory, so that each subgroup's 32
+// 16-byte copies fill 512 contiguous bytes and read 8 rows of 64 bytes (BK 32); the descriptor
+// gives the distances between core matrices along K (LBO) and along M or N (SBO), as a probe on an
+// H200 confirmed for both layouts (the other reading of the two fields stops the context). K slices of BK reach shared memory by
+// cp.async, STAGES slices in flight; one barrier a slice; each slice's products are waited for
+// before the barrier that lets its stage be refilled. Chunks of 8 elements past an edge are zeros.
+// The host guarantees, as for gemm_mma.cl: every operand's rows, C's rows and each binding's offset
+// are multiples of 8 elements (16-byte copies and 4-byte stores).
+// Bindings: 0 a, 1 b, 2 c [batch, M, N], 3 bias [N] (V0 & 16; else a again, unread).
+// Words (gemm.tk's MODE 0): P(0) M, P(1) N, P(2) K, P(3) tiles across N, P(4) tiles per matrix,
+// P(5) batch rank, P(6..9) batch extents, P(10..13) a's and P(14..17) b's matrix strides, P(18)
+// matrices, P(19) split K's part. V0: 1 a stored [K, M], 2 b stored [N, K], 4 split K (each part
+// stores its f32 sums to c [parts, matrices, M, N]; whole tiles), 8 c in f32, 16 an f32 bias
+// added to every row.
+#ifndef V0
+#define V0 0
+#endif
+#ifndef TK_BF16
+#define TK_BF16 0
+#endif
+#ifndef STAGES
+#define STAGES 2
+#endif
+#ifndef BK
+#define BK 32
+#endif
+#define TRANS_A ((V0 & 1) != 0)
+#define TRANS_B ((V0 & 2) != 0)
+#define SPLIT ((V0 & 4) != 0)
+#define WIDE ((V0 & 8) != 0)
+#define BIAS ((V0 & 16) != 0)
+
+#define BM 128
+#define BN 128
+#define THREADS 256
+#define TILE_CHUNKS (BM * BK / 8)  // 16-byte chunks of one operand's slice (BM == BN)
+// Shared rows of BK elements (RB bytes), swizzled: chunk c of row r sits at chunk c ^ (bits 7.. of
+// the row's byte offset), the descriptors' 32-, 64- or 128-byte swizzle (LAYOUT) for rows of 32, 64
+// or 128 bytes.
+#define RB (BK * 2)
+#define LAYOUT (BK == 64 ? 1 : BK == 32 ? 2 : 3)
+#if BK != 16 && BK != 32
+#error "BK must be 16 or 32"
+#endif
+#define STAGE_CHUNKS (2 * TILE_CHUNKS)
+#if STAGES * STAGE_CHUNKS * 16 > 47 * 1024
+#error "the stages exceed the 47 KiB of shared memory a work-group gets on NVIDIA GPUs"
+#endif
+
+#ifdef TK_WGMMA_COMMENTED
+#define WG "//@"
+#else
+#define WG ""
+#endif
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+#if STAGES == 2
+#define CP_WAIT() __asm__ __volatile__("cp.async.wait_group 0;" ::: "memory")
+#elif STAGES == 3
+#define CP_WAIT() __asm__ __volatile__("cp.async.wait_group 1;" ::: "memory")
+#elif STAGES == 4
+#define CP_WAIT() __asm__ __volatile__("cp.async.wait_group 2;" ::: "memory")
+#else
+#error "STAGES must be 2, 3 or 4"
+#endif
+
+#if TK_BF16
+#define MMA_TYPES "bf16.bf16"
+#define CVT_PACK "cvt.rn.bf16x2.f32"
+#else
+#define MMA_TYPES "f16.f16"
+#define CVT_PACK "cvt.rn.f16x2.f32"
+#endif
+// wgmma's operand layouts: 0 K-major (rows along K), 1 M- or N-major. B is N x K to wgmma: b stored
+// [N, K] (V0 & 2) is K-major.
+#define MAJOR_A (TRANS_A ? 1 : 0)
+#define MAJOR_B (TRANS_B ? 0 : 1)
+
+// The shared-memory matrix descriptor of the operand at |p|: its address, the byte distances |lbo|
+// and |sbo| (see LOAD), the swizzle; in 16-byte units.
+ulong descriptor(__local const void* p, uint lbo, uint sbo) {
+  return (ulong)((smem(p) & 0x3FFFF) >> 4) | ((ulong)(lbo >> 4) << 16) |
+         ((ulong)(sbo >> 4) << 32) | ((ulong)LAYOUT << 62);
+}
+
+// The byte offset of chunk c of shared row r.
+uint swizzled(int r, int c) {
+  return (uint)(r * RB + ((c ^ ((r * RB >> 7) & (RB / 16 - 1))) << 4));
+}
+
+#define D8(i)                                                                                  \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// d += a b for this warpgroup's 64 x 128 x 16 product (d: 64 sums an invocation).
+void wgmma(float* d, ulong da, ulong db) {
+  __asm__ __volatile__(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" WG
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." MMA_TYPES
+      " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
+      "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,"
+      "%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, " STR(
+          MAJOR_A) ", " STR(MAJOR_B) ";\n}\n"
+      : D8(0), D8(8), D8(16), D8(24), D8(32), D8(40), D8(48), D8(56)
+      : "l"(da), "l"(db), "r"(1));
+}
+
+// Two sums rounded to the 16-bit type, |lo| in the low half.
+uint pack2(float lo, float hi) {
+  uint r;
+  __asm__("" CVT_PACK " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Chunk q (16 bytes) of a slice of rows [r0, ...) and columns [c0, c0 + 128 or BK) of a [rows][cols]
+// matrix at chunk |base|, into |tile|. |k_rows| false: the rows run along M or N (a as it is, b
+// stored [N, K]: K-major to wgmma), one shared row each, of BK elements. |k_rows|: they run along
+// K (BK of them) with 128 elements each, which go to blocks of BK columns, BK shared rows a block.
+// Zeros past the edges.
+void fetch(__local uchar* tile, __global const uint4* base, int q, int r0, int c0, int rows,
+           int cols, bool k_rows) {
+  const int per = k_rows ? 16 : BK / 8;  // chunks of a global row in the slice
+  const int row = q / per, chunk = q % per;
+  const int r = r0 + row, col = c0 + chunk * 8;
+  const int c = chunk % (BK / 8), shared_row = k_rows ? (chunk / (BK / 8)) * BK + row : row;
+  const bool in = r < rows && col < cols;
+  copy16(tile + swizzled(shared_row, c), in ? base + (r * cols + col) / 8 : base, in);
+}
+
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
+    __global const uchar* t0, __global const uchar* t1, __global uchar* t2,
+    __global const uchar* t3, __global uchar* t4, __global uchar* t5, __global uchar* t6,
+    __global uchar* t7, const TkParams tk_p, __local float4* tk_shm) {
+  __local uint4 sm[STAGES * STAGE_CHUNKS] __attribute__((aligned(1024)));
+  const int group = (int)(get_group_id(1) * get_num_groups(0) + get_group_id(0));
+  if (group >= NGROUPS) return;
+  const int lid = (int)get_local_id(0);
+  const int M = P(0), N = P(1), K = P(2);
+  const int3 at = gemm_tile(tk_p.w, group, BM, BN);
+  const int batch = at.x, m0 = at.y, n0 = at.z;
+  const int part = SPLIT ? batch / P(18) : 0;  // split K: this part's slices [s0, s1)
+  const int2 off = matrix_offsets(tk_p.w, SPLIT ? batch - part * P(18) : batch);
+  __global const uint4* a = (__global const uint4*)t0 + (tk_p.w[0] + off.x) / 8;
+  __global const uint4* b = (__global const uint4*)t1 + (tk_p.w[1] + off.y) / 8;
+
+  // Slice s into stage |st|: TILE_CHUNKS chunks of each operand, spread over the invocations; each
+  // subgroup's copies read 8 rows of 64 bytes or 2 of 256 and fill 512 bytes of shared memory
+  // (BK 32), four of its 128-byte lines.
+#define LOAD(s, st)                                                     \
+  {                                                                     \
+    __local uchar* ta = (__local uchar*)(sm + (st)*STAGE_CHUNKS);       \
+    __local uchar* tb = ta + TILE_CHUNKS * 16;                          \
+    const int k0 = (s)*BK;                                              \
+    _Pragma("unroll") for (int i = 0; i < TILE_CHUNKS / THREADS; ++i) { \
+      const int q = lid + i * THREADS;                                  \
+      if (TRANS_A)                                                      \
+        fetch(ta, a, q, k0, m0, K, M, true);                            \
+      else                                                              \
+        fetch(ta, a, q, m0, k0, M, K, false);                           \
+      if (TRANS_B)                                                      \
+        fetch(tb, b, q, n0, k0, N, K, false);                           \
+      else                                                              \
+        fetch(tb, b, q, k0, n0, K, N, true);                            \
+    }                                                                   \
+  }
+
+  // The descriptors: K-major operands (rows along M or N), SBO the 8 rows of a swizzle atom (8 RB
+  // bytes), LBO unused (1); the others (rows along K), LBO the distance between blocks of BK
+  // columns (BK RB bytes) and SBO between groups of 8 rows along K (8 RB).
+  const uint mn_lbo = BK * RB, mn_sbo = 8 * RB;
+  const uint a_lbo = TRANS_A ? mn_lbo : 16, a_sbo = TRANS_A ? mn_sbo : 8 * RB;
+  const uint b_lbo = TRANS_B ? 16 : mn_lbo, b_sbo = TRANS_B ? 8 * RB : mn_sbo;
+  // Where a K step of 16 starts, from the tile's start: 32 bytes into each row, or 16 rows on.
+  const uint a_k16 = TRANS_A ? 16 * RB : 32, b_k16 = TRANS_B ? 32 : 16 * RB;
+  const int wg = lid / 128;  // this warpgroup's rows: [64 wg, 64 wg + 64) of the tile
+  // Its first row's byte offset in A's tile: 64 rows, or 64 / BK blocks of BK columns.
+  const uint a_rows = TRANS_A ? (uint)(wg * 64 / BK) * BK * RB : (uint)(wg * 64) * RB;
+  float d[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) d[i] = 0.0f;
+
+  const int s0 = SPLIT ? part * (P(19) / BK) : 0;
+  const int slices = SPLIT ? min((K + BK - 1) / BK, s0 + P(19) / BK) : (K + BK - 1) / BK;
+  for (int p = 0; p < STAGES - 1; ++p) {
+    if (s0 + p < slices) LOAD(s0 + p, p)
+    CP_COMMIT();
+  }
+  for (int s = s0; s < slices; ++s) {
+    CP_WAIT();
+    // The slice's copies (ordinary shared-memory writes) become visible to the tensor cores'
+    // reads; the barrier then also says every warpgroup finished the last slice's products.
+    __asm__ __volatile__("fence.proxy.async.shared::cta;" ::: "memory");
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int next = s + STAGES - 1;
+    if (next < slices) LOAD(next, (next - s0) % STAGES)
+    CP_COMMIT();
+    __local const uchar* ta = (__local const uchar*)(sm + ((s - s0) % STAGES) * STAGE_CHUNKS);
+    __local const uchar* tb = ta + TILE_CHUNKS * 16;
+    __asm__ __volatile__(WG "wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      wgmma(d, descriptor(ta + a_rows + kk * a_k16, a_lbo, a_sbo),
+            descriptor(tb + kk * b_k16, b_lbo, b_sbo));
+    }
+    __asm__ __volatile__(WG "wgmma.commit_group.sync.aligned;" ::: "memory");
+    __asm__ __volatile__(WG "wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  }
+
+  // Invocation l of subgroup w (of its warpgroup) holds sums (4j + 2h + e) at row 16w + l / 4 +
+  // 8h and column 8j + 2 (l % 4) + e of the warpgroup's 64 x 128 block.
+  const int c_at = tk_p.w[2] + batch * M * N;
+  const int lane = lid % 32, w = (lid / 32) % 4;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = m0 + wg * 64 + 16 * w + lane / 4 + 8 * h;
+      const int n = n0 + 8 * j + (lane % 4) * 2;
+      if (m >= M || n >= N) continue;
+      float2 v = (float2)(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+      if (SPLIT || WIDE) {
+        if (BIAS) v += ((__global const float2*)t3)[(tk_p.w[3] + n) / 2];
+        ((__global float2*)t2)[(c_at + m * N + n) / 2] = v;
+      } else {
+        ((__global uint*)t2)[(c_at + m * N + n) / 2] = pack2(v.x, v.y);
+      }
+    }
+}
