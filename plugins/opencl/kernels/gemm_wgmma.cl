@@ -15,14 +15,17 @@
 //
 // Each of the two warpgroups (4 subgroups, 128 invocations) multiplies 64 rows of the tile by its
 // 128 columns: wgmma.mma_async.m64n128k16, both operands read from shared memory through matrix
-// descriptors, the 64 x 128 f32 sums in 64 registers of each invocation. Shared tiles are in the
-// descriptors' canonical layout without swizzling: "core matrices" of 8 rows of 8 elements (128
-// contiguous bytes), kept in the order of the operand's rows in memory, so that each subgroup's 32
-// 16-byte copies fill 512 contiguous bytes and read 8 rows of 64 bytes (BK 32); the descriptor
-// gives the distances between core matrices along K (LBO) and along M or N (SBO), as a probe on an
-// H200 confirmed for both layouts (the other reading of the two fields stops the context). K slices of BK reach shared memory by
-// cp.async, STAGES slices in flight; one barrier a slice; each slice's products are waited for
-// before the barrier that lets its stage be refilled. Chunks of 8 elements past an edge are zeros.
+// descriptors, the 64 x 128 f32 sums in 64 registers of each invocation. A K slice of BK elements
+// reaches shared memory by cp.async, one shared row of BK elements (RB bytes) for each row of the
+// operand in memory along M or N (a as it is, b stored [N, K]: K-major to wgmma), or BK rows a
+// block of BK columns where the operand's rows run along K; rows swizzled as the descriptors'
+// 64-byte (BK 32) or 32-byte (BK 16) mode reads them, so that each subgroup's 32 copies fill whole
+// 128-byte lines of shared memory and read 8 rows of 64 bytes or 2 of 256. (Without swizzling, in
+// the canonical layout of 128-byte core matrices, the same kernel ran at half the speed on an
+// H200.) STAGES slices in flight; one barrier a slice; each slice's products are waited for before
+// the barrier that lets its stage be refilled; fence.proxy.async between the copies and the tensor
+// cores' reads. Chunks of 8 elements past an edge are zeros. docs/bench/h200-opencl-wgmma.txt
+// has the probe that established the descriptors' fields and the variants measured.
 // The host guarantees, as for gemm_mma.cl: every operand's rows, C's rows and each binding's offset
 // are multiples of 8 elements (16-byte copies and 4-byte stores).
 // Bindings: 0 a, 1 b, 2 c [batch, M, N], 3 bias [N] (V0 & 16; else a again, unread).
@@ -37,6 +40,8 @@
 #ifndef TK_BF16
 #define TK_BF16 0
 #endif
+// K slices in flight (STAGES, 2 to 4) and their length (BK, 16 or 32), as build options for
+// tuning: 2 and 32 were the fastest on the H200 (docs/bench/h200-opencl-wgmma.txt).
 #ifndef STAGES
 #define STAGES 2
 #endif
@@ -54,10 +59,10 @@
 #define THREADS 256
 #define TILE_CHUNKS (BM * BK / 8)  // 16-byte chunks of one operand's slice (BM == BN)
 // Shared rows of BK elements (RB bytes), swizzled: chunk c of row r sits at chunk c ^ (bits 7.. of
-// the row's byte offset), the descriptors' 32-, 64- or 128-byte swizzle (LAYOUT) for rows of 32, 64
-// or 128 bytes.
+// the row's byte offset), the descriptors' 64- or 32-byte swizzle (LAYOUT 2 or 3) for rows of 64
+// or 32 bytes.
 #define RB (BK * 2)
-#define LAYOUT (BK == 64 ? 1 : BK == 32 ? 2 : 3)
+#define LAYOUT (BK == 32 ? 2 : 3)
 #if BK != 16 && BK != 32
 #error "BK must be 16 or 32"
 #endif
@@ -99,8 +104,8 @@
 // The shared-memory matrix descriptor of the operand at |p|: its address, the byte distances |lbo|
 // and |sbo| (see LOAD), the swizzle; in 16-byte units.
 ulong descriptor(__local const void* p, uint lbo, uint sbo) {
-  return (ulong)((smem(p) & 0x3FFFF) >> 4) | ((ulong)(lbo >> 4) << 16) |
-         ((ulong)(sbo >> 4) << 32) | ((ulong)LAYOUT << 62);
+  return (ulong)((smem(p) & 0x3FFFF) >> 4) | ((ulong)(lbo >> 4) << 16) | ((ulong)(sbo >> 4) << 32) |
+         ((ulong)LAYOUT << 62);
 }
 
 // The byte offset of chunk c of shared row r.
@@ -108,7 +113,7 @@ uint swizzled(int r, int c) {
   return (uint)(r * RB + ((c ^ ((r * RB >> 7) & (RB / 16 - 1))) << 4));
 }
 
-#define D8(i)                                                                                  \
+#define D8(i)                                                                                 \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
 
@@ -119,8 +124,8 @@ void wgmma(float* d, ulong da, ulong db) {
       "wgmma.mma_async.sync.aligned.m64n128k16.f32." MMA_TYPES
       " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
       "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,"
-      "%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, " STR(
-          MAJOR_A) ", " STR(MAJOR_B) ";\n}\n"
+      "%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, "
+      "1, " STR(MAJOR_A) ", " STR(MAJOR_B) ";\n}\n"
       : D8(0), D8(8), D8(16), D8(24), D8(32), D8(40), D8(48), D8(56)
       : "l"(da), "l"(db), "r"(1));
 }
@@ -132,11 +137,11 @@ uint pack2(float lo, float hi) {
   return r;
 }
 
-// Chunk q (16 bytes) of a slice of rows [r0, ...) and columns [c0, c0 + 128 or BK) of a [rows][cols]
-// matrix at chunk |base|, into |tile|. |k_rows| false: the rows run along M or N (a as it is, b
-// stored [N, K]: K-major to wgmma), one shared row each, of BK elements. |k_rows|: they run along
-// K (BK of them) with 128 elements each, which go to blocks of BK columns, BK shared rows a block.
-// Zeros past the edges.
+// Chunk q (16 bytes) of a slice of rows [r0, ...) and columns [c0, c0 + 128 or BK) of a
+// [rows][cols] matrix at chunk |base|, into |tile|. |k_rows| false: the rows run along M or N (a as
+// it is, b stored [N, K]: K-major to wgmma), one shared row each, of BK elements. |k_rows|: they
+// run along K (BK of them) with 128 elements each, which go to blocks of BK columns, BK shared rows
+// a block. Zeros past the edges.
 void fetch(__local uchar* tile, __global const uint4* base, int q, int r0, int c0, int rows,
            int cols, bool k_rows) {
   const int per = k_rows ? 16 : BK / 8;  // chunks of a global row in the slice
