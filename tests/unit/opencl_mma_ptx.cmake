@@ -88,9 +88,13 @@ foreach(bf16 0 1)
     set(type "f16.f16")
   endif()
   foreach(v0 0 1 2 3 4 6 8 11 24 27)
+    # The layouts the product names: a stored [K, M] (V0 & 1) is M-major (1), b stored [N, K]
+    # (V0 & 2) K-major (0).
+    math(EXPR major_a "${v0} % 2")
+    math(EXPR major_b "1 - (${v0} / 2) % 2")
     set(product "//@wgmma.mma_async.sync.aligned.m64n128k16.f32.${type} {%f")
     check_ptx(gemm_wgmma_${v0}_${bf16} ${SOURCE_WGMMA} "V0=${v0};TK_BF16=${bf16};TK_WGMMA_COMMENTED"
-              "//@wgmma.fence.sync.aligned;//@wgmma.commit_group.sync.aligned;//@wgmma.wait_group.sync.aligned 0;fence.proxy.async.shared::cta;cp.async.cg.shared.global"
+              "//@wgmma.fence.sync.aligned;//@wgmma.commit_group.sync.aligned;//@wgmma.wait_group.sync.aligned 0;fence.proxy.async.shared::cta;cp.async.cg.shared.global;, p, 1, 1, ${major_a}, ${major_b};"
               "${product}" 2)
     file(READ ${OUT}/gemm_wgmma_${v0}_${bf16}.ptx text)
     string(REGEX MATCH "[^@]wgmma\\." unmarked "${text}")

@@ -96,10 +96,18 @@
 #define MMA_TYPES "f16.f16"
 #define CVT_PACK "cvt.rn.f16x2.f32"
 #endif
-// wgmma's operand layouts: 0 K-major (rows along K), 1 M- or N-major. B is N x K to wgmma: b stored
-// [N, K] (V0 & 2) is K-major.
-#define MAJOR_A (TRANS_A ? 1 : 0)
-#define MAJOR_B (TRANS_B ? 0 : 1)
+// wgmma's operand layouts, as the literals its instruction takes: 0 K-major (rows along K), 1 M- or
+// N-major. B is N x K to wgmma: b stored [N, K] (V0 & 2) is K-major.
+#if (V0 & 1) != 0
+#define MAJOR_A 1
+#else
+#define MAJOR_A 0
+#endif
+#if (V0 & 2) != 0
+#define MAJOR_B 0
+#else
+#define MAJOR_B 1
+#endif
 
 // The shared-memory matrix descriptor of the operand at |p|: its address, the byte distances |lbo|
 // and |sbo| (see LOAD), the swizzle; in 16-byte units.
