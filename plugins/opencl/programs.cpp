@@ -56,10 +56,14 @@ std::string_view embedded_text(std::string_view file) {
 // build defines them; ../common/portable.cmake), the portable prelude and common functions
 // (../common/kernels/README.md).
 std::string source_of(std::string_view file) {
-  // The plugin's own kernels for NVIDIA GPUs (kernels/*.cl) after what they share (kernels/ptx.cl).
-  if (!file.ends_with(".tk"))
-    return fmt::format("{}\n#line 1 \"{}\"\n{}", embedded_text("ptx.cl"), file,
+  // The plugin's own kernels for NVIDIA GPUs (kernels/*.cl) after what they share (kernels/ptx.cl)
+  // and, for the two 16-bit GEMMs, their contract (kernels/gemm16.cl).
+  if (!file.ends_with(".tk")) {
+    const bool gemm16 = file == kMmaGemm || file == kWgmmaGemm;
+    return fmt::format("{}\n{}#line 1 \"{}\"\n{}", embedded_text("ptx.cl"),
+                       gemm16 ? fmt::format("{}\n", embedded_text("gemm16.cl")) : "", file,
                        embedded_text(file));
+  }
   const auto defs = embedded_file(fmt::format("{}.defs", file));
   return fmt::format("{}{}\n{}\n#line 1 \"{}\"\n{}",
                      std::string_view(reinterpret_cast<const char*>(defs.data()), defs.size()),

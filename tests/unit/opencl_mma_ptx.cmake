@@ -1,24 +1,28 @@
-# The OpenCL plugin's tensor-core GEMMs (plugins/opencl/kernels/gemm_mma.cl, gemm_tf32.cl,
-# gemm_wgmma.cl)
-# compiled to PTX by clang for an NVIDIA target, as NVIDIA's OpenCL compiler would take them: CI
-# has no NVIDIA GPU, so this is where a change to a kernel's text meets a compiler before the H100
-# runs it. Each is built after kernels/ptx.cl, as the plugin builds it. For each variant the build
-# must succeed and the PTX must hold the instructions the kernel is for and no local memory (the
-# fragment arrays stay in registers).
-# cmake -DCLANG=... -DPRELUDE=.../ptx.cl -DSOURCE=.../gemm_mma.cl -DSOURCE_TF32=.../gemm_tf32.cl
-#       -DSOURCE_WGMMA=.../gemm_wgmma.cl
+# The OpenCL plugin's tensor-core GEMMs (plugins/opencl/kernels/gemm_mma.cl, gemm_wgmma.cl,
+# gemm_tf32.cl) compiled to PTX by clang for an NVIDIA target, as NVIDIA's OpenCL compiler would
+# take them: CI has no NVIDIA GPU, so this is where a change to a kernel's text meets a compiler
+# before the H100 runs it. Each is built after kernels/ptx.cl, the 16-bit ones also after
+# kernels/gemm16.cl, as the plugin builds them. For each variant the build must succeed and the PTX
+# must hold the instructions the kernel is for and no local memory (the fragment arrays stay in
+# registers).
+# cmake -DCLANG=... -DPRELUDE=.../ptx.cl -DPRELUDE16=.../gemm16.cl -DSOURCE=.../gemm_mma.cl
+#       -DSOURCE_TF32=.../gemm_tf32.cl -DSOURCE_WGMMA=.../gemm_wgmma.cl
 #       -DOUT=<dir> -P opencl_mma_ptx.cmake
 
-# Compiles |source| with the definitions |defines| (a list of NAME=VALUE) into OUT/|name|.ptx and
-# requires each of the strings |wants| in it, at least |products| matches of |product|, and no
-# local memory.
+# Compiles |source| after ptx.cl (and gemm16.cl, for the 16-bit GEMMs) with the definitions
+# |defines| (a list of NAME=VALUE) into OUT/|name|.ptx and requires each of the strings |wants| in
+# it, at least |products| matches of |product|, and no local memory.
 function(check_ptx name source defines wants product products)
   set(ptx ${OUT}/${name}.ptx)
   list(TRANSFORM defines PREPEND "-D")
+  set(includes -include ${PRELUDE})
+  if(NOT source STREQUAL SOURCE_TF32)
+    list(APPEND includes -include ${PRELUDE16})
+  endif()
   execute_process(
     COMMAND ${CLANG} -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl
             -Xclang -finclude-default-header -O2 -march=sm_80 -Werror -S ${defines}
-            -include ${PRELUDE} ${source} -o ${ptx}
+            ${includes} ${source} -o ${ptx}
     RESULT_VARIABLE rc ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "${name} does not compile:\n${err}")
@@ -41,22 +45,6 @@ function(check_ptx name source defines wants product products)
   endif()
 endfunction()
 
-# The 16-bit GEMM: each operand type and a set of the launch flags (ops_gemm.cpp's coop_gemm V0:
-# transposed A and B, split K, f32 out, bias): the product of that type, ldmatrix, cp.async.
-foreach(bf16 0 1)
-  if(bf16)
-    set(type "bf16.bf16")
-  else()
-    set(type "f16.f16")
-  endif()
-  foreach(v0 0 1 2 3 4 6 8 11 24 27)
-    set(product "mma.sync.aligned.m16n8k16.row.col.f32.${type}.f32")
-    check_ptx(gemm_mma_${v0}_${bf16} ${SOURCE} "V0=${v0};TK_BF16=${bf16}"
-              "${product};ldmatrix.sync.aligned;cp.async.cg.shared.global;cp.async.wait_group"
-              "${product}" 1)
-  endforeach()
-endforeach()
-
 # The f32 GEMM on TF32 products: each flag set (ops_gemm.cpp's tf32_gemm V0: transposed A and B,
 # bias) and both precisions (V1 3: high, 1: medium): the TF32 product, three (or one) a fragment
 # pair (96 or 32 in the K loop's two steps), the rounding to TF32, cp.async, and ldmatrix where an
@@ -76,11 +64,14 @@ foreach(v1 1 3)
   endforeach()
 endforeach()
 
-# The 16-bit GEMM on Hopper's warpgroup products, as the plugin builds it (TK_WGMMA_COMMENTED: the
-# sm_90a instructions as "//@" comments that Programs::Retarget::sm_90a turns into instructions):
-# each operand type and a set of the launch flags; the marked product of that type (two a K slice),
-# the marked fence, commit and wait, the proxy fence and cp.async, and no sm_90a instruction
-# unmarked (which NVIDIA's sm_90 assembler would refuse).
+# The 16-bit GEMMs, each operand type and a set of the launch flags (ops_gemm.cpp's coop_gemm V0:
+# transposed A and B, split K, f32 out, bias). mma.sync's kernel: the product of that type,
+# ldmatrix, cp.async. The Hopper kernel as the plugin builds it (TK_WGMMA_COMMENTED: the sm_90a
+# instructions as "//@" comments that Programs::Retarget::sm_90a turns into instructions): the
+# marked product of that type (two a K slice) with the layouts the flags name (a stored [K, M], V0 &
+# 1, is M-major: 1; b stored [N, K], V0 & 2, K-major: 0), the marked fence, commit and wait, the
+# proxy fence and cp.async, and no sm_90a instruction unmarked (which NVIDIA's sm_90 assembler would
+# refuse).
 foreach(bf16 0 1)
   if(bf16)
     set(type "bf16.bf16")
@@ -88,8 +79,11 @@ foreach(bf16 0 1)
     set(type "f16.f16")
   endif()
   foreach(v0 0 1 2 3 4 6 8 11 24 27)
-    # The layouts the product names: a stored [K, M] (V0 & 1) is M-major (1), b stored [N, K]
-    # (V0 & 2) K-major (0).
+    set(product "mma.sync.aligned.m16n8k16.row.col.f32.${type}.f32")
+    check_ptx(gemm_mma_${v0}_${bf16} ${SOURCE} "V0=${v0};TK_BF16=${bf16}"
+              "${product};ldmatrix.sync.aligned;cp.async.cg.shared.global;cp.async.wait_group"
+              "${product}" 1)
+
     math(EXPR major_a "${v0} % 2")
     math(EXPR major_b "1 - (${v0} / 2) % 2")
     set(product "//@wgmma.mma_async.sync.aligned.m64n128k16.f32.${type} {%f")

@@ -1,10 +1,9 @@
 // C = op(A) op(B) for f16 or bf16 A and B on NVIDIA's tensor cores, in OpenCL C with inline PTX:
-// the OpenCL plugin's own kernel for the launches "gemm_coopmat" (f16, TK_BF16 0) and
-// "gemm_coopmat_bf16" (TK_BF16 1) of ../../common/ops_gemm.cpp, where the device took this
-// program when it opened (device.cpp). Its contract is the Vulkan plugin's matrix-unit GEMM's
-// (../../vulkan/shaders/gemm_coopmat.comp): the same bindings, parameter words and V0 flags, 128 x
-// 128 tiles, 256 invocations, K slices of 32 (split K: parts of P(19), a multiple of 32). Built
-// after ptx.cl (the parameter words, cp.async, ldmatrix, the tile's place).
+// the OpenCL plugin's own kernel for the launches "gemm_coopmat" and "gemm_coopmat_bf16" of
+// ../../common/ops_gemm.cpp, where the device took this program when it opened (device.cpp). Built
+// after ptx.cl (the parameter words, cp.async, ldmatrix, the tile's place) and gemm16.cl (the
+// contract it shares with gemm_wgmma.cl: bindings, words, V0 flags, 128 x 128 tiles, 256
+// invocations, the operand type, the stores), with K slices of 32.
 //
 // Each of the 8 subgroups multiplies a 64 x 32 block of the tile as 4 x 4 products
 // mma.sync.m16n8k16 (16-bit operands, f32 sums), its fragments loaded from shared memory by
@@ -13,37 +12,13 @@
 // Shared tiles keep the operand's layout in memory (rows of K for A, of N for B; transposed
 // operands' rows of M and K), rows padded by 16 bytes so that the 8 rows of an ldmatrix fall in
 // distinct banks; chunks of 8 elements past an edge are filled with zeros (cp.async's source
-// size 0). The host guarantees, as for the Vulkan kernel: every operand's rows, C's rows and each
-// binding's offset are multiples of 8 elements (16-byte copies and 4-byte stores).
-// Bindings: 0 a, 1 b, 2 c [batch, M, N], 3 bias [N] (V0 & 16; else a again, unread).
-// Words (gemm.tk's MODE 0): P(0) M, P(1) N, P(2) K, P(3) tiles across N, P(4) tiles per matrix,
-// P(5) batch rank, P(6..9) batch extents, P(10..13) a's and P(14..17) b's matrix strides, P(18)
-// matrices, P(19) split K's part. V0: 1 a stored [K, M], 2 b stored [N, K], 4 split K (each part
-// stores its f32 sums to c [parts, matrices, M, N]; whole tiles), 8 c in f32, 16 an f32 bias
-// added to every row.
-#ifndef V0
-#define V0 0
-#endif
-#ifndef TK_BF16
-#define TK_BF16 0
-#endif
-// K slices in flight (STAGES) and their length (BK, a divisor of 32), as build options for tuning:
-// 2 and 32 were the fastest on the H100 (docs/bench/h100-opencl-mma.txt).
-#ifndef STAGES
-#define STAGES 2
-#endif
-#define TRANS_A ((V0 & 1) != 0)
-#define TRANS_B ((V0 & 2) != 0)
-#define SPLIT ((V0 & 4) != 0)
-#define WIDE ((V0 & 8) != 0)
-#define BIAS ((V0 & 16) != 0)
-
-#define BM 128
-#define BN 128
+// size 0).
+//
+// The K slices' length (BK, a divisor of 32) as a build option for tuning: 32 was the fastest on
+// the H100 (docs/bench/h100-opencl-mma.txt).
 #ifndef BK
 #define BK 32
 #endif
-#define THREADS 256
 // Padded rows in 16-byte chunks: [BM][BK] and [BN][BK] tiles have rows of BK + 8 elements,
 // [BK][BM] and [BK][BN] of BM + 8 and BN + 8.
 #define RK ((BK + 8) / 8)
@@ -52,22 +27,6 @@
 #define TILE (BM * RK > BK * RM ? BM * RK : BK * RM)  // chunks of one operand's tile (BM == BN)
 #define STAGE_CHUNKS (2 * TILE)
 
-#if STAGES == 2
-#define CP_WAIT() __asm__ __volatile__("cp.async.wait_group 0;" ::: "memory")
-#elif STAGES == 3
-#define CP_WAIT() __asm__ __volatile__("cp.async.wait_group 1;" ::: "memory")
-#else
-#error "STAGES must be 2 or 3"
-#endif
-
-#if TK_BF16
-#define MMA_TYPES "bf16.bf16"
-#define CVT_PACK "cvt.rn.bf16x2.f32"
-#else
-#define MMA_TYPES "f16.f16"
-#define CVT_PACK "cvt.rn.f16x2.f32"
-#endif
-
 // d += a b for one 16 x 8 x 16 product (a: 4 registers of 2 elements, b: 2, d: 4 floats).
 void mma(float* d, const uint* a, uint b0, uint b1) {
   __asm__ __volatile__("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPES
@@ -75,13 +34,6 @@ void mma(float* d, const uint* a, uint b0, uint b1) {
                        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two sums rounded to the 16-bit type, |lo| in the low half.
-uint pack2(float lo, float hi) {
-  uint r;
-  __asm__("" CVT_PACK " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
 }
 
 // Chunk c (16 bytes) of a slice of a tile |width| elements wide, the tile at row r0, column c0
@@ -197,12 +149,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
         const int m = m0 + wm + i * 16 + lane / 4 + h * 8;
         const int n = n0 + wn + j * 8 + (lane % 4) * 2;
         if (m >= M || n >= N) continue;
-        float2 v = (float2)(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-        if (SPLIT || WIDE) {
-          if (BIAS) v += ((__global const float2*)t3)[(tk_p.w[3] + n) / 2];
-          ((__global float2*)t2)[(c_at + m * N + n) / 2] = v;
-        } else {
-          ((__global uint*)t2)[(c_at + m * N + n) / 2] = pack2(v.x, v.y);
-        }
+        store_pair(t2, t3, c_at + m * N + n, tk_p.w[3] + n,
+                   (float2)(acc[i][j][2 * h], acc[i][j][2 * h + 1]));
       }
 }

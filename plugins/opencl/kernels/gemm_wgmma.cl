@@ -1,9 +1,9 @@
 // C = op(A) op(B) for f16 or bf16 A and B on Hopper's warpgroup tensor-core products (wgmma), in
-// OpenCL C with inline PTX: the form of gemm_mma.cl's launches ("gemm_coopmat", TK_BF16 0, and
-// "gemm_coopmat_bf16", TK_BF16 1) that the plugin takes on NVIDIA GPUs of compute capability 9.0,
-// where this program builds (device.cpp). The same contract as gemm_mma.cl (and the Vulkan
-// plugin's shaders/gemm_coopmat.comp): bindings, parameter words and V0 flags, 128 x 128 tiles of
-// 256 invocations, split K in parts of P(19), a multiple of 32. Built after ptx.cl.
+// OpenCL C with inline PTX: the form of gemm_mma.cl's launches ("gemm_coopmat",
+// "gemm_coopmat_bf16") that the plugin takes on NVIDIA GPUs of compute capability 9.0, where this
+// program builds (device.cpp). Built after ptx.cl and gemm16.cl (the contract it shares with
+// gemm_mma.cl: bindings, words, V0 flags, 128 x 128 tiles of 256 invocations, split K, the operand
+// type, the stores).
 //
 // wgmma is PTX for the sm_90a target, and NVIDIA's OpenCL compiler emits sm_90 PTX, whose
 // assembler refuses it. So the plugin builds this file with TK_WGMMA_COMMENTED defined, which
@@ -26,37 +26,12 @@
 // the barrier that lets its stage be refilled; fence.proxy.async between the copies and the tensor
 // cores' reads. Chunks of 8 elements past an edge are zeros. docs/bench/h200-opencl-wgmma.txt
 // has the probe that established the descriptors' fields and the variants measured.
-// The host guarantees, as for gemm_mma.cl: every operand's rows, C's rows and each binding's offset
-// are multiples of 8 elements (16-byte copies and 4-byte stores).
-// Bindings: 0 a, 1 b, 2 c [batch, M, N], 3 bias [N] (V0 & 16; else a again, unread).
-// Words (gemm.tk's MODE 0): P(0) M, P(1) N, P(2) K, P(3) tiles across N, P(4) tiles per matrix,
-// P(5) batch rank, P(6..9) batch extents, P(10..13) a's and P(14..17) b's matrix strides, P(18)
-// matrices, P(19) split K's part. V0: 1 a stored [K, M], 2 b stored [N, K], 4 split K (each part
-// stores its f32 sums to c [parts, matrices, M, N]; whole tiles), 8 c in f32, 16 an f32 bias
-// added to every row.
-#ifndef V0
-#define V0 0
-#endif
-#ifndef TK_BF16
-#define TK_BF16 0
-#endif
-// K slices in flight (STAGES, 2 to 4) and their length (BK, 16 or 32), as build options for
-// tuning: 2 and 32 were the fastest on the H200 (docs/bench/h200-opencl-wgmma.txt).
-#ifndef STAGES
-#define STAGES 2
-#endif
+//
+// The K slices' length (BK, 16 or 32) as a build option for tuning: 32 was the fastest on the H200
+// (docs/bench/h200-opencl-wgmma.txt).
 #ifndef BK
 #define BK 32
 #endif
-#define TRANS_A ((V0 & 1) != 0)
-#define TRANS_B ((V0 & 2) != 0)
-#define SPLIT ((V0 & 4) != 0)
-#define WIDE ((V0 & 8) != 0)
-#define BIAS ((V0 & 16) != 0)
-
-#define BM 128
-#define BN 128
-#define THREADS 256
 #define TILE_CHUNKS (BM * BK / 8)  // 16-byte chunks of one operand's slice (BM == BN)
 // Shared rows of BK elements (RB bytes), swizzled: chunk c of row r sits at chunk c ^ (bits 7.. of
 // the row's byte offset), the descriptors' 64- or 32-byte swizzle (LAYOUT 2 or 3) for rows of 64
@@ -79,23 +54,6 @@
 #define STR2(x) #x
 #define STR(x) STR2(x)
 
-#if STAGES == 2
-#define CP_WAIT() __asm__ __volatile__("cp.async.wait_group 0;" ::: "memory")
-#elif STAGES == 3
-#define CP_WAIT() __asm__ __volatile__("cp.async.wait_group 1;" ::: "memory")
-#elif STAGES == 4
-#define CP_WAIT() __asm__ __volatile__("cp.async.wait_group 2;" ::: "memory")
-#else
-#error "STAGES must be 2, 3 or 4"
-#endif
-
-#if TK_BF16
-#define MMA_TYPES "bf16.bf16"
-#define CVT_PACK "cvt.rn.bf16x2.f32"
-#else
-#define MMA_TYPES "f16.f16"
-#define CVT_PACK "cvt.rn.f16x2.f32"
-#endif
 // wgmma's operand layouts, as the literals its instruction takes: 0 K-major (rows along K), 1 M- or
 // N-major. B is N x K to wgmma: b stored [N, K] (V0 & 2) is K-major.
 #if (V0 & 1) != 0
@@ -136,13 +94,6 @@ void wgmma(float* d, ulong da, ulong db) {
       "1, " STR(MAJOR_A) ", " STR(MAJOR_B) ";\n}\n"
       : D8(0), D8(8), D8(16), D8(24), D8(32), D8(40), D8(48), D8(56)
       : "l"(da), "l"(db), "r"(1));
-}
-
-// Two sums rounded to the 16-bit type, |lo| in the low half.
-uint pack2(float lo, float hi) {
-  uint r;
-  __asm__("" CVT_PACK " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
 }
 
 // Chunk q (16 bytes) of a slice of rows [r0, ...) and columns [c0, c0 + 128 or BK) of a
@@ -250,12 +201,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
       const int m = m0 + wg * 64 + 16 * w + lane / 4 + 8 * h;
       const int n = n0 + 8 * j + (lane % 4) * 2;
       if (m >= M || n >= N) continue;
-      float2 v = (float2)(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-      if (SPLIT || WIDE) {
-        if (BIAS) v += ((__global const float2*)t3)[(tk_p.w[3] + n) / 2];
-        ((__global float2*)t2)[(c_at + m * N + n) / 2] = v;
-      } else {
-        ((__global uint*)t2)[(c_at + m * N + n) / 2] = pack2(v.x, v.y);
-      }
+      store_pair(t2, t3, c_at + m * N + n, tk_p.w[3] + n,
+                 (float2)(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]));
     }
 }
