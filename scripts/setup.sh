@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs Tessera's build dependencies (OpenBLAS and oneDNN for the CPU plugin's GEMMs; the OpenCL
-# ICD loader and headers, the Vulkan loader and headers and glslc for the GPU plugins; PoCL and
+# ICD loader and headers, the Vulkan loader and headers and glslc for the GPU plugins, clang for
+# the Vulkan plugin's PTX GEMM (VK_NVX_binary_import on NVIDIA's Hopper GPUs); PoCL and
 # Mesa's lavapipe so that both run on the CPU), the Fashion-MNIST data, the fortunes text (the
 # default corpus of the character-level GPT), gnuplot (for tessera-train --plot) and Open MPI
 # (data-parallel training, tessera::dist: the tree is configured with TESSERA_WITH_MPI=ON) from
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 packages=(g++ cmake ninja-build pkg-config libboost-dev libboost-program-options-dev libspdlog-dev
           libfmt-dev libopenblas0 libdnnl2 nlohmann-json3-dev libgtest-dev libgmock-dev zlib1g-dev
           dataset-fashion-mnist fortunes gnuplot-nox ocl-icd-opencl-dev opencl-c-headers
-          pocl-opencl-icd libvulkan-dev glslc mesa-vulkan-drivers openmpi-bin libopenmpi-dev
+          pocl-opencl-icd libvulkan-dev glslc clang mesa-vulkan-drivers openmpi-bin libopenmpi-dev
           ${TESSERA_EXTRA_PACKAGES:-})
 missing=()
 for p in "${packages[@]}"; do

@@ -17,8 +17,9 @@ VkDeviceSize align(VkDeviceSize v) {
 
 }  // namespace
 
-MemoryPool::MemoryPool(VulkanDevice& device, std::uint32_t type, std::uint32_t heap, bool mapped)
-    : device_(device), type_(type), heap_(heap), mapped_(mapped) {
+MemoryPool::MemoryPool(VulkanDevice& device, std::uint32_t type, std::uint32_t heap, bool mapped,
+                       bool addresses)
+    : device_(device), type_(type), heap_(heap), mapped_(mapped), addresses_(addresses) {
   VkPhysicalDeviceMemoryProperties mp;
   vkGetPhysicalDeviceMemoryProperties(device.physical(), &mp);
   heap_size_ = mp.memoryHeaps[heap].size;
@@ -33,7 +34,8 @@ MemoryBlock* MemoryPool::new_block(VkDeviceSize size) {
   VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
   bi.size = size;
   bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-             VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+             VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+             (addresses_ ? VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT : 0);
   bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   if (vkCreateBuffer(dev, &bi, nullptr, &block->buffer) != VK_SUCCESS) return nullptr;
   VkMemoryRequirements req;
@@ -41,12 +43,20 @@ MemoryBlock* MemoryPool::new_block(VkDeviceSize size) {
   VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   ai.allocationSize = req.size;
   ai.memoryTypeIndex = type_;
+  VkMemoryAllocateFlagsInfo flags{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
+  flags.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+  if (addresses_) ai.pNext = &flags;
   if (!(req.memoryTypeBits & (1u << type_)) ||
       vkAllocateMemory(dev, &ai, nullptr, &block->memory) != VK_SUCCESS) {
     vkDestroyBuffer(dev, block->buffer, nullptr);
     return nullptr;
   }
   vkBindBufferMemory(dev, block->buffer, block->memory, 0);
+  if (addresses_) {
+    VkBufferDeviceAddressInfo info{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
+    info.buffer = block->buffer;
+    block->address = vkGetBufferDeviceAddress(dev, &info);
+  }
   if (mapped_) {
     void* p = nullptr;
     if (vkMapMemory(dev, block->memory, 0, VK_WHOLE_SIZE, 0, &p) != VK_SUCCESS) {

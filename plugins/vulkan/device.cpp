@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -196,6 +197,18 @@ std::vector<std::uint32_t> bf16_kernel(std::string_view name) {
 
 }  // namespace
 
+bool ptx_allowed() {
+  const char* env = std::getenv("TESSERA_VULKAN_PTX");
+  const std::string_view v = env ? env : "";
+  if (v.empty() || v == "1") return true;
+  if (v == "0") return false;
+  throw ConfigError(fmt::format(
+      "TESSERA_VULKAN_PTX='{}' is not 0 or 1 (0: the Vulkan plugin's 16-bit GEMMs stay on "
+      "cooperative matrix where PTX kernels could run them through VK_NVX_binary_import); unset it "
+      "for 1",
+      v));
+}
+
 VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int index)
     : id_(fmt::format("vulkan:{}", index)), physical_(physical) {
   vkGetPhysicalDeviceProperties(physical, &props_);
@@ -267,6 +280,22 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
     exts.push_back("VK_KHR_cooperative_matrix");
     exts.push_back("VK_KHR_shader_bfloat16");
   }
+  // PTX kernels (CuKernels: the 16-bit GEMMs on Hopper's warpgroup products) where an NVIDIA
+  // driver takes PTX modules and buffers have device addresses; whether this GPU runs them is
+  // known once the first module builds (below). Why not, for tessera-devices.
+  std::string ptx_status;
+  if (props_.vendorID != 0x10de)
+    ptx_status = "no (NVIDIA GPUs only)";
+  else if (!CuKernels::built())
+    ptx_status = "no (the plugin was built without them: clang was not found)";
+  else if (!has_extension(physical, VK_NVX_BINARY_IMPORT_EXTENSION_NAME))
+    ptx_status = "no (the driver lacks VK_NVX_binary_import)";
+  else if (!f12.bufferDeviceAddress)
+    ptx_status = "no (the driver lacks bufferDeviceAddress)";
+  else if (!ptx_allowed())
+    ptx_status = "not used (TESSERA_VULKAN_PTX=0)";
+  const bool nvx = ptx_status.empty();
+  if (nvx) exts.push_back(VK_NVX_BINARY_IMPORT_EXTENSION_NAME);
 
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -290,6 +319,7 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   // Timeline semaphores let a read wait for its batch without holding the queue (queue.cpp).
   enable12.timelineSemaphore = f12.timelineSemaphore;
   timeline_ = f12.timelineSemaphore == VK_TRUE;
+  enable12.bufferDeviceAddress = nvx ? VK_TRUE : VK_FALSE;
   VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
   exec.pipelineExecutableInfo = VK_TRUE;
@@ -390,9 +420,26 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
                    : "no"},
   };
 
-  device_pool_ = std::make_unique<MemoryPool>(*this, type, mp.memoryTypes[type].heapIndex, mapped);
+  device_pool_ =
+      std::make_unique<MemoryPool>(*this, type, mp.memoryTypes[type].heapIndex, mapped, nvx);
   staging_pool_ =
       std::make_unique<MemoryPool>(*this, staging, mp.memoryTypes[staging].heapIndex, true);
+  if (nvx) {
+    // The driver compiles the f16 GEMM's plainest module now: a GPU other than compute capability
+    // 9.0 refuses its sm_90a code, and the GEMMs stay on cooperative matrix.
+    try {
+      auto cu = std::make_unique<CuKernels>(*this);
+      (void)cu->function(CuKernels::gemm_module(false, 0));
+      cu_kernels_ = std::move(cu);
+      ptx_status =
+          "yes: f16 and bf16 GEMMs on warpgroup products (wgmma, sm_90a), not on "
+          "cooperative matrix";
+    } catch (const BackendError& e) {
+      log().debug("{}: no PTX GEMM: {}", id_, e.what());
+      ptx_status = fmt::format("no (the driver refused the sm_90a GEMM: {})", e.what());
+    }
+  }
+  info_.properties.push_back({"PTX kernels (VK_NVX_binary_import)", ptx_status});
   queue_ = std::make_unique<VulkanQueue>(*this);
   pipelines_ = std::make_unique<Pipelines>(*this);
   common::GpuTraits traits;
@@ -405,14 +452,16 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   traits.is_cpu = info_.type == DeviceType::cpu;
   traits.compute_units = info_.compute_units;
   traits.storage16 = storage16_;
-  traits.coop_f16 = coop_f16_ && sub.subgroupSize == 32;
-  traits.coop_bf16 = coop_bf16 && sub.subgroupSize == 32;
+  traits.coop_f16 = (coop_f16_ && sub.subgroupSize == 32) || cu_kernels_;
+  traits.coop_bf16 = (coop_bf16 && sub.subgroupSize == 32) || cu_kernels_;
   // The attention kernels also exchange row statistics between lanes (subgroupShuffleXor).
   const bool shuffle = (sub.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0 &&
                        (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
-  traits.coop_attention_f16 = traits.coop_f16 && shuffle;
-  traits.coop_attention_bf16 =
-      traits.coop_bf16 && shuffle && coop_bf16_spirv_.contains("attention_coopmat");
+  traits.coop_attention_f16 = coop_f16_ && sub.subgroupSize == 32 && shuffle;
+  traits.coop_attention_bf16 = coop_bf16 && sub.subgroupSize == 32 && shuffle &&
+                               coop_bf16_spirv_.contains("attention_coopmat");
+  // The PTX GEMM: 32 KiB of shared memory and two work-groups an SM, as the OpenCL plugin's.
+  if (cu_kernels_) traits.coop_groups_per_unit = 2;
   traits.gemm_one_buffer = props_.vendorID == 0x10de;
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);

@@ -1,7 +1,8 @@
 // The Vulkan half of the portable kernel layer (../common/portable.h): a portable kernel is the
 // SPIR-V module NAME.tk.spv (or, for the few the plugin writes itself, shaders/NAME.comp as
 // NAME.spv: Pipelines::get), specialised with the work-group size (constant 0), the shared
-// scratch size (1) and V0..V3 (2..5); tensors are push descriptors, words push constants.
+// scratch size (1) and V0..V3 (2..5); tensors are push descriptors, words push constants. Where
+// the device has PTX kernels (CuKernels), the 16-bit GEMM's launches run those instead.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -26,10 +27,18 @@ void VulkanLauncher::launch(const common::Launch& l) {
   for (std::size_t i = 0; i < b.size(); ++i)
     bindings[i] = {&static_cast<const VulkanBuffer&>(b[i].tensor->buffer()).allocation(),
                    b[i].write, true};
+  const auto grid = l.grid();
+  if (CuKernels* cu = device_.cu_kernels(); cu && l.kernel().starts_with("gemm_coopmat")) {
+    const VkCuFunctionNVX f =
+        cu->function(CuKernels::gemm_module(l.kernel().ends_with("_bf16"), l.variant()[0]));
+    device_.vk_queue_object().launch_cu(l.label(), f, std::span(bindings.data(), b.size()),
+                                        l.words(), {grid[0], grid[1], 1},
+                                        static_cast<std::uint32_t>(l.group_size()));
+    return;
+  }
   // Kernels use bindings 0..n-1 only; the rest of the layout stays unwritten.
   const std::string shader = fmt::format("{}.tk", l.kernel());
   const VkPipeline p = device_.pipelines().get(shader, spec);
-  const auto grid = l.grid();
   device_.vk_queue_object().dispatch(l.label(), p, std::span(bindings.data(), b.size()), l.words(),
                                      {grid[0], grid[1], 1});
 }

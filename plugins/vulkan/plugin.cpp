@@ -56,6 +56,7 @@ class VulkanBackend final : public common::OwningBackend {
 std::unique_ptr<Backend> create_backend() {
   common::check_gemm_environment();
   common::check_attention_environment();
+  (void)ptx_allowed();
   return std::make_unique<VulkanBackend>();
 }
 

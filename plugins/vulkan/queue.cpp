@@ -13,11 +13,14 @@ constexpr VkAccessFlags kWrites = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFE
 constexpr VkAccessFlags kAll = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
                                VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
 
-void barrier(VkCommandBuffer cb, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+// A memory barrier after the work of |src_stage| (kWork, or all commands where the device launches
+// PTX kernels: VulkanQueue::launch_cu).
+void barrier(VkCommandBuffer cb, VkPipelineStageFlags src_stage, VkPipelineStageFlags dst_stage,
+             VkAccessFlags dst_access) {
   VkMemoryBarrier b{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   b.srcAccessMask = kWrites;
   b.dstAccessMask = dst_access;
-  vkCmdPipelineBarrier(cb, kWork, dst_stage, 0, 1, &b, 0, nullptr, 0, nullptr);
+  vkCmdPipelineBarrier(cb, src_stage, dst_stage, 0, 1, &b, 0, nullptr, 0, nullptr);
 }
 
 Access range(const Allocation& a, VkDeviceSize offset, VkDeviceSize bytes, bool write) {
@@ -30,7 +33,12 @@ const Allocation& alloc_of(const Buffer& b) {
 
 }  // namespace
 
-VulkanQueue::VulkanQueue(VulkanDevice& device) : dev_(device) {
+VulkanQueue::VulkanQueue(VulkanDevice& device)
+    : dev_(device),
+      // The extension does not say which pipeline stage a PTX kernel's launch belongs to: where
+      // they run, every barrier orders all commands.
+      work_(device.cu_kernels() ? VkPipelineStageFlags{VK_PIPELINE_STAGE_ALL_COMMANDS_BIT}
+                                : kWork) {
   VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pi.queueFamilyIndex = device.queue_family();
@@ -70,7 +78,7 @@ VkCommandBuffer VulkanQueue::recording() {
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   check(vkBeginCommandBuffer(b->cb, &bi), "vkBeginCommandBuffer", dev_.name());
   // Work of earlier batches comes first: one barrier at the start of each batch.
-  barrier(b->cb, kWork, kAll);
+  barrier(b->cb, work_, work_, kAll);
   b->names.clear();
   if (profiling_) {
     if (!b->queries) {
@@ -144,7 +152,7 @@ void VulkanQueue::hazard(std::span<const Access> accesses) {
       if (a.buffer == p.buffer && a.begin < p.end && p.begin < a.end && (a.write || p.write))
         conflict = true;
   if (conflict) {
-    barrier(open_->cb, kWork, kAll);
+    barrier(open_->cb, work_, work_, kAll);
     pending_.clear();
   }
   pending_.insert(pending_.end(), accesses.begin(), accesses.end());
@@ -153,7 +161,7 @@ void VulkanQueue::hazard(std::span<const Access> accesses) {
 void VulkanQueue::submit() {
   if (!open_) return;
   // Results become visible to the host once the fence signals.
-  barrier(open_->cb, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+  barrier(open_->cb, work_, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
   check(vkEndCommandBuffer(open_->cb), "vkEndCommandBuffer", dev_.name());
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   si.commandBufferCount = 1;
@@ -232,6 +240,47 @@ void VulkanQueue::dispatch(std::string_view name, VkPipeline pipeline,
   vkCmdPushConstants(cb, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0,
                      static_cast<std::uint32_t>(push.size_bytes()), push.data());
   vkCmdDispatch(cb, groups[0], groups[1], groups[2]);
+  mark(name);
+  if (open_ && ++dispatches_ >= kBatch) submit();
+}
+
+void VulkanQueue::launch_cu(std::string_view name, VkCuFunctionNVX function,
+                            std::span<const Binding> bindings, std::span<const std::int32_t> words,
+                            std::array<std::uint32_t, 3> groups, std::uint32_t group_size) {
+  CuKernels& cu = *dev_.cu_kernels();
+  // The kernel's parameters (vulkan.h's CuKernels): kMaxBindings addresses (the unused ones binding
+  // 0's), the words as one 128-byte struct, and the unused __local pointer.
+  std::array<VkDeviceAddress, common::kMaxBindings> addresses{};
+  std::array<Access, common::kMaxBindings> accesses{};
+  std::size_t tracked = 0;
+  for (std::size_t i = 0; i < addresses.size(); ++i) {
+    const Allocation& a = *bindings[i < bindings.size() ? i : 0].alloc;
+    addresses[i] = a.block->address + a.offset;
+    if (i < bindings.size() && bindings[i].used)
+      accesses[tracked++] = range(a, 0, a.size, bindings[i].write);
+  }
+  struct {
+    std::int32_t w[Pipelines::kPushWords];
+  } params{};
+  std::memcpy(params.w, words.data(), std::min(words.size_bytes(), sizeof params.w));
+  const VkDeviceAddress no_local = 0;
+  std::array<const void*, common::kMaxBindings + 2> args{};
+  for (std::size_t i = 0; i < addresses.size(); ++i) args[i] = &addresses[i];
+  args[common::kMaxBindings] = &params;
+  args[common::kMaxBindings + 1] = &no_local;
+  VkCuLaunchInfoNVX li{VK_STRUCTURE_TYPE_CU_LAUNCH_INFO_NVX};
+  li.function = function;
+  li.gridDimX = groups[0];
+  li.gridDimY = groups[1];
+  li.gridDimZ = groups[2];
+  li.blockDimX = group_size;
+  li.blockDimY = li.blockDimZ = 1;
+  li.paramCount = args.size();
+  li.pParams = args.data();
+  std::lock_guard lock(mu_);
+  VkCommandBuffer cb = recording();
+  hazard(std::span(accesses.data(), tracked));
+  cu.launch(cb, &li);
   mark(name);
   if (open_ && ++dispatches_ >= kBatch) submit();
 }

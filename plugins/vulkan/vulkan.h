@@ -37,6 +37,7 @@ struct MemoryBlock {
   VkDeviceMemory memory = VK_NULL_HANDLE;
   VkBuffer buffer = VK_NULL_HANDLE;
   VkDeviceSize size = 0;
+  VkDeviceAddress address = 0;                 // the buffer's, where the pool gives addresses
   std::byte* mapped = nullptr;                 // set when the memory type is host-visible
   std::map<VkDeviceSize, VkDeviceSize> free_;  // offset -> size of the free ranges
 };
@@ -50,10 +51,13 @@ struct Allocation {
 
 // Suballocates one memory type from blocks of kBlockSize (larger requests get a block of their
 // own). Thread-safe. allocate() throws OutOfMemory naming the device, the request and what is
-// free; free() returns a range at once (callers defer it until the GPU is done with it).
+// free; free() returns a range at once (callers defer it until the GPU is done with it). With
+// |addresses|, each block's buffer has a device address (bufferDeviceAddress must be enabled),
+// which PTX kernels take instead of descriptors (CuKernels).
 class MemoryPool {
  public:
-  MemoryPool(VulkanDevice& device, std::uint32_t type, std::uint32_t heap, bool mapped);
+  MemoryPool(VulkanDevice& device, std::uint32_t type, std::uint32_t heap, bool mapped,
+             bool addresses = false);
   ~MemoryPool();
   Allocation allocate(VkDeviceSize bytes);
   void free(const Allocation& a) noexcept;
@@ -66,6 +70,7 @@ class MemoryPool {
   VulkanDevice& device_;
   std::uint32_t type_, heap_;
   bool mapped_;
+  bool addresses_;
   VkDeviceSize heap_size_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<MemoryBlock>> blocks_;
@@ -135,6 +140,12 @@ class VulkanQueue final : public Queue {
   // Records |pipeline| (the kernel |name|, for profiling) over |groups| work-groups.
   void dispatch(std::string_view name, VkPipeline pipeline, std::span<const Binding> bindings,
                 std::span<const std::int32_t> push, std::array<std::uint32_t, 3> groups);
+  // Records the PTX kernel |function| (CuKernels; the kernel |name|, for profiling) over |groups|
+  // work-groups of |group_size| invocations, with the bindings' device addresses and |words| as
+  // its parameters (CuKernels says how). Only where the device has CuKernels.
+  void launch_cu(std::string_view name, VkCuFunctionNVX function, std::span<const Binding> bindings,
+                 std::span<const std::int32_t> words, std::array<std::uint32_t, 3> groups,
+                 std::uint32_t group_size);
   // Frees |a| of |pool| once the work recorded so far has finished.
   void release(MemoryPool& pool, const Allocation& a) noexcept;
 
@@ -162,6 +173,7 @@ class VulkanQueue final : public Queue {
   // goes on). Needs timeline_; |lock| holds mu_ again on return.
   void submit_and_wait_unlocked(std::unique_lock<std::mutex>& lock);
   VulkanDevice& dev_;
+  VkPipelineStageFlags work_;  // the stages a barrier orders
   std::mutex mu_;
   // Signalled with the count of batches submitted so far (null without timeline semaphores).
   VkSemaphore timeline_ = VK_NULL_HANDLE;
@@ -204,6 +216,43 @@ class Pipelines {
   std::map<std::string, VkShaderModule, std::less<>> modules_;
   std::map<std::string, VkPipeline, std::less<>> pipelines_;
 };
+
+// Kernels of PTX modules through VK_NVX_binary_import: on NVIDIA GPUs of compute capability 9.0
+// (Hopper), the f16 and bf16 GEMMs of ops_gemm.cpp's coop_gemm ("gemm_coopmat",
+// "gemm_coopmat_bf16") run the OpenCL plugin's Hopper kernel (../opencl/kernels/gemm_wgmma.cl:
+// warpgroup products, which no Vulkan shader can express), compiled by clang at build time for
+// the CUDA kernel ABI (ptx/module.cmake) and embedded as gemm_wgmma_BF16_V0.ptx, one module per
+// operand type (BF16 1 or 0) and launch flags (V0). The driver compiles a module when it is
+// first used. A kernel takes the OpenCL kernel's parameters: eight 64-bit device addresses (the
+// bindings, MemoryBlock::address + the allocation's offset; the element offsets stay in the
+// words), the words as a struct of 32 ints, and a __local pointer it does not read (0).
+// Thread-safe.
+class CuKernels {
+ public:
+  // Throws BackendError where the device lacks the extension's entry points.
+  explicit CuKernels(VulkanDevice& device);
+  // Whether the plugin was built with the GEMM's modules (clang was found).
+  static bool built();
+  // The GEMM's module name for a launch of coop_gemm: "gemm_wgmma_1_3.ptx".
+  static std::string gemm_module(bool bf16, std::int32_t v0);
+  // The entry point tk_main of the embedded module |name|, created on first use. Throws
+  // BackendError naming the module and the driver's result where it is not embedded or the
+  // driver refuses it (a GPU other than compute capability 9.0 refuses sm_90a code).
+  VkCuFunctionNVX function(const std::string& name);
+  PFN_vkCmdCuLaunchKernelNVX launch = nullptr;
+
+ private:
+  VulkanDevice& dev_;
+  PFN_vkCreateCuModuleNVX create_module_ = nullptr;
+  PFN_vkCreateCuFunctionNVX create_function_ = nullptr;
+  std::mutex mu_;
+  std::map<std::string, VkCuFunctionNVX, std::less<>> functions_;
+};
+
+// TESSERA_VULKAN_PTX: unset or 1 lets the 16-bit GEMMs take the PTX kernels where they run
+// (CuKernels), 0 keeps them on cooperative matrix (for comparisons). Throws ConfigError for any
+// other value (the plugin checks it when it loads, on every machine).
+bool ptx_allowed();
 
 using KernelTable = std::array<std::unique_ptr<Kernel>, kNumOps>;
 
@@ -269,6 +318,8 @@ class VulkanDevice final : public Device {
   }
   // Free bytes of |heap| as the driver reports them (VK_EXT_memory_budget), or -1 when unknown.
   std::int64_t heap_budget(std::uint32_t heap) const;
+  // The PTX kernels (the 16-bit GEMMs on Hopper), or null where they do not run here.
+  CuKernels* cu_kernels() const { return cu_kernels_.get(); }
 
  private:
   std::string id_;
@@ -291,6 +342,7 @@ class VulkanDevice final : public Device {
   DeviceInfo info_;
   VulkanAllocator allocator_{*this};
   std::unique_ptr<MemoryPool> device_pool_, staging_pool_;
+  std::unique_ptr<CuKernels> cu_kernels_;
   std::unique_ptr<VulkanQueue> queue_;
   std::unique_ptr<Pipelines> pipelines_;
   std::unique_ptr<VulkanLauncher> launcher_;

@@ -285,27 +285,41 @@ TEST(TesseraDevices, AMalformedAttentionScratchVariableFailsTheGpuPlugins) {
   EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
 }
 
-// The OpenCL plugin's own variable fails that plugin alone.
-TEST(TesseraDevices, AMalformedWgmmaVariableFailsTheOpenclPlugin) {
+namespace {
+
+// A plugin's own switch |variable| (0 or 1, unset for 1) fails |plugin| alone for any other value,
+// with the reason, and leaves |other| loaded; 0, 1 and empty keep tessera-devices working.
+void expect_switch_fails_plugin_alone(const std::string& variable, const char* plugin,
+                                      const char* other) {
   for (const std::string value : {"2", "yes", "01", "on"}) {
-    const Result r = run("TESSERA_OPENCL_WGMMA=" + value, std::string(DEVICES_BIN) + " --json");
+    const Result r = run(variable + "=" + value, std::string(DEVICES_BIN) + " --json");
     EXPECT_EQ(r.code, 2) << value << "\n" << r.out << r.err;
     const json j = json::parse(r.out);
-    const json* opencl = find(j["plugins"], "name", "opencl");
-    ASSERT_NE(opencl, nullptr);
-    EXPECT_EQ((*opencl)["stage"], "config") << value;
-    EXPECT_NE((*opencl)["reason"].get<std::string>().find("TESSERA_OPENCL_WGMMA='" + value +
-                                                          "' is not 0 or 1"),
-              std::string::npos)
-        << (*opencl)["reason"];
-    const json* vulkan = find(j["plugins"], "name", "vulkan");
-    ASSERT_NE(vulkan, nullptr);
-    EXPECT_NE((*vulkan)["stage"], "config") << value;
+    const json* failed = find(j["plugins"], "name", plugin);
+    ASSERT_NE(failed, nullptr);
+    EXPECT_EQ((*failed)["stage"], "config") << value;
+    EXPECT_NE(
+        (*failed)["reason"].get<std::string>().find(variable + "='" + value + "' is not 0 or 1"),
+        std::string::npos)
+        << (*failed)["reason"];
+    const json* loaded = find(j["plugins"], "name", other);
+    ASSERT_NE(loaded, nullptr);
+    EXPECT_NE((*loaded)["stage"], "config") << value;
   }
   for (const char* value : {"0", "1", ""}) {
-    const Result ok = run(std::string("TESSERA_OPENCL_WGMMA=") + value, DEVICES_BIN);
+    const Result ok = run(variable + "=" + value, DEVICES_BIN);
     EXPECT_EQ(ok.code, 0) << value << "\n" << ok.out << ok.err;
   }
+}
+
+}  // namespace
+
+TEST(TesseraDevices, AMalformedWgmmaVariableFailsTheOpenclPlugin) {
+  expect_switch_fails_plugin_alone("TESSERA_OPENCL_WGMMA", "opencl", "vulkan");
+}
+
+TEST(TesseraDevices, AMalformedVulkanPtxVariableFailsTheVulkanPlugin) {
+  expect_switch_fails_plugin_alone("TESSERA_VULKAN_PTX", "vulkan", "opencl");
 }
 
 // A oneDNN that loads but lacks its entry points: auto falls back to OpenBLAS and says why; naming

@@ -1,0 +1,66 @@
+# One PTX module of the Vulkan plugin's GEMM for VK_NVX_binary_import (../CMakeLists.txt): the
+# OpenCL plugin's Hopper kernel (SOURCE, kernels/gemm_wgmma.cl after PRELUDES: workitems.cl,
+# kernels/ptx.cl, kernels/gemm16.cl) compiled by clang for the CUDA kernel ABI with the launch
+# flags V0 and the operand type BF16, its sm_90a instructions written as "//@" comments
+# (TK_WGMMA_COMMENTED, as the OpenCL plugin builds it). clang's NVPTX back end knows sm_80 and PTX
+# 7.0 at most (Debian 12's clang 14), so the text is then retargeted as the OpenCL plugin's
+# ptx_retarget.cpp retargets NVIDIA's: PTX ISA 8.0 (wgmma's), `.target sm_90a`, the marks
+# removed; comments and indentation go too (the module is embedded). Fails the build where clang
+# fails or the result lacks what the kernel is for.
+# cmake -DCLANG=... -DV0=n -DBF16=0|1 -DPRELUDES="a|b|c" -DSOURCE=... -DOUT=... -P module.cmake
+string(REPLACE "|" ";" PRELUDES "${PRELUDES}")
+set(includes "")
+foreach(p IN LISTS PRELUDES)
+  list(APPEND includes -include ${p})
+endforeach()
+execute_process(
+  COMMAND ${CLANG} -x cl -cl-std=CL1.2 -target nvptx64-nvidia-cuda -Xclang -finclude-default-header
+          -O2 -march=sm_80 -Werror -S -DV0=${V0} -DTK_BF16=${BF16} -DTK_WGMMA_COMMENTED
+          ${includes} ${SOURCE} -o ${OUT}.raw
+  RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "clang could not compile ${SOURCE} (V0=${V0}, BF16=${BF16}) for the CUDA ABI:\n${err}")
+endif()
+file(READ ${OUT}.raw text)
+string(REGEX MATCHALL "\n\\.target sm_80\n" targets "${text}")
+list(LENGTH targets count)
+if(NOT count EQUAL 1)
+  message(FATAL_ERROR "${OUT}.raw: not one `.target sm_80` line")
+endif()
+string(REGEX REPLACE "\n\\.version [0-9]+\\.[0-9]+\n" "\n.version 8.0\n" text "${text}")
+string(REPLACE "\n.target sm_80\n" "\n.target sm_90a\n" text "${text}")
+string(REPLACE "//@" "" text "${text}")
+string(REGEX REPLACE "\n[ \t]*//[^\n]*" "" text "${text}")
+string(REGEX REPLACE "\n[ \t]+" "\n" text "${text}")
+string(REGEX REPLACE "\n\n+" "\n" text "${text}")
+foreach(want ".version 8.0" ".target sm_90a" ".entry tk_main" "wgmma.mma_async.sync.aligned"
+        "wgmma.wait_group.sync.aligned" "fence.proxy.async" "cp.async")
+  string(FIND "${text}" "${want}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${OUT}: no ${want}")
+  endif()
+endforeach()
+# Every function the kernel calls is defined and inlined (an OpenCL built-in left to a library
+# would fail to link in the driver: workitems.cl defines those the kernel uses).
+foreach(unwanted ".extern" "call.uni" "call ")
+  string(FIND "${text}" "${unwanted}" at)
+  if(NOT at EQUAL -1)
+    message(FATAL_ERROR "${OUT}: `${unwanted}` in the PTX: an OpenCL built-in the kernel calls is "
+                        "not defined in ptx/workitems.cl")
+  endif()
+endforeach()
+# The parameters CuKernels passes (VulkanQueue::launch_cu): eight addresses, the words' struct
+# of 32 ints, the __local pointer.
+set(params ".entry tk_main(\n")
+foreach(i RANGE 7)
+  string(APPEND params ".param .u64 tk_main_param_${i},\n")
+endforeach()
+string(APPEND params ".param .align 4 .b8 tk_main_param_8[128],\n.param .u64 tk_main_param_9\n)")
+string(FIND "${text}" "${params}" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "${OUT}: tk_main's parameters are not the eight addresses, the 128-byte "
+                      "words and the __local pointer that CuKernels passes")
+endif()
+file(WRITE ${OUT}.tmp "${text}")
+file(RENAME ${OUT}.tmp ${OUT})
+file(REMOVE ${OUT}.raw)

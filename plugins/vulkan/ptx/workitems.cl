@@ -1,0 +1,32 @@
+// The OpenCL C built-in functions the OpenCL plugin's Hopper GEMM calls, for the CUDA kernel ABI:
+// built before its kernels when clang compiles them for this plugin (module.cmake). With the
+// target nvptx64-nvidia-cuda, clang leaves them as calls to functions nobody defines (NVIDIA's
+// OpenCL compiler provides its own; module.cmake refuses a module that still calls one). The
+// work-item functions read PTX's special registers (dimensions past 2 give 0 for ids and 1 for
+// counts, as OpenCL C defines); barrier() is bar.sync 0, which also orders the work-group's shared
+// and global memory accesses, as OpenCL's barrier does; min() of two ints.
+size_t __attribute__((overloadable)) get_local_id(uint d) {
+  return d == 0 ? __nvvm_read_ptx_sreg_tid_x()
+       : d == 1 ? __nvvm_read_ptx_sreg_tid_y()
+       : d == 2 ? __nvvm_read_ptx_sreg_tid_z()
+                : 0;
+}
+size_t __attribute__((overloadable)) get_group_id(uint d) {
+  return d == 0 ? __nvvm_read_ptx_sreg_ctaid_x()
+       : d == 1 ? __nvvm_read_ptx_sreg_ctaid_y()
+       : d == 2 ? __nvvm_read_ptx_sreg_ctaid_z()
+                : 0;
+}
+size_t __attribute__((overloadable)) get_num_groups(uint d) {
+  return d == 0 ? __nvvm_read_ptx_sreg_nctaid_x()
+       : d == 1 ? __nvvm_read_ptx_sreg_nctaid_y()
+       : d == 2 ? __nvvm_read_ptx_sreg_nctaid_z()
+                : 1;
+}
+int __attribute__((overloadable)) min(int a, int b) {
+  return a < b ? a : b;
+}
+void __attribute__((overloadable)) barrier(cl_mem_fence_flags flags) {
+  (void)flags;
+  __nvvm_bar_sync(0);
+}
