@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "../common/limits.h"
+#include "queue_family.h"
 #include "spirv_bf16.h"
 #include "tessera/embedded.h"
 #include "tessera/log.h"
@@ -223,9 +224,7 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   vkGetPhysicalDeviceQueueFamilyProperties(physical, &nf, nullptr);
   std::vector<VkQueueFamilyProperties> families(nf);
   vkGetPhysicalDeviceQueueFamilyProperties(physical, &nf, families.data());
-  family_ = nf;
-  for (std::uint32_t i = 0; i < nf && family_ == nf; ++i)
-    if (families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) family_ = i;
+  family_ = compute_queue_family(families);
   if (family_ == nf)
     throw DeviceUnavailable(fmt::format("{} has no compute queue", props_.deviceName));
 
