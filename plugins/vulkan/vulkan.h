@@ -3,7 +3,9 @@
 // recorded into command buffers and submitted in batches with barriers only between dependent
 // work; compute pipelines come from the portable kernels' SPIR-V, embedded at build time
 // (../common/portable.cmake: NAME.tk.spv), and are cached in a VkPipelineCache under
-// TESSERA_CACHE_DIR.
+// TESSERA_CACHE_DIR. Work goes to a dedicated compute queue family where the device has one
+// (queue_family.h). On NVIDIA's Hopper GPUs the f16/bf16 GEMM runs as PTX through
+// VK_NVX_binary_import instead (CuKernels).
 #pragma once
 
 #include <vulkan/vulkan.h>

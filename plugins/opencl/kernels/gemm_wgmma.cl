@@ -3,7 +3,10 @@
 // "gemm_coopmat_bf16") that the plugin takes on NVIDIA GPUs of compute capability 9.0, where this
 // program builds (device.cpp). Built after ptx.cl and gemm16.cl (the contract it shares with
 // gemm_mma.cl: bindings, words, V0 flags, 128 x 128 tiles of 256 invocations, split K, the operand
-// type, the stores).
+// type, the stores). The Vulkan plugin runs this file too, on the same GPUs: compiled by clang at
+// build time for the CUDA kernel ABI and loaded through VK_NVX_binary_import (its ptx/module.cmake
+// and CuKernels), so a change here reaches both plugins, and the OpenCL built-ins it calls must
+// be among those its ptx/workitems.cl defines.
 //
 // wgmma is PTX for the sm_90a target, and NVIDIA's OpenCL compiler emits sm_90 PTX, whose
 // assembler refuses it. So the plugin builds this file with TK_WGMMA_COMMENTED defined, which
