@@ -1,8 +1,8 @@
-#include <cstdlib>
 #include <string_view>
 
 #include <fmt/format.h>
 
+#include "../common/env_switch.h"
 #include "../common/limits.h"
 #include "opencl.h"
 #include "tessera/log.h"
@@ -99,14 +99,9 @@ bool has_extension(const std::string& list, std::string_view ext) {
 }  // namespace
 
 bool wgmma_allowed() {
-  const char* env = std::getenv("TESSERA_OPENCL_WGMMA");
-  const std::string_view v = env ? env : "";
-  if (v.empty() || v == "1") return true;
-  if (v == "0") return false;
-  throw ConfigError(fmt::format(
-      "TESSERA_OPENCL_WGMMA='{}' is not 0 or 1 (0: the OpenCL plugin's 16-bit GEMMs on compute "
-      "capability 9.0 use mma.sync instead of wgmma); unset it for 1",
-      v));
+  return common::env_switch("TESSERA_OPENCL_WGMMA",
+                            "the OpenCL plugin's 16-bit GEMMs on compute capability 9.0 use "
+                            "mma.sync instead of wgmma");
 }
 
 OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int index) {

@@ -1,9 +1,9 @@
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include "../common/env_switch.h"
 #include "../common/limits.h"
 #include "queue_family.h"
 #include "spirv_bf16.h"
@@ -199,15 +199,9 @@ std::vector<std::uint32_t> bf16_kernel(std::string_view name) {
 }  // namespace
 
 bool ptx_allowed() {
-  const char* env = std::getenv("TESSERA_VULKAN_PTX");
-  const std::string_view v = env ? env : "";
-  if (v.empty() || v == "1") return true;
-  if (v == "0") return false;
-  throw ConfigError(fmt::format(
-      "TESSERA_VULKAN_PTX='{}' is not 0 or 1 (0: the Vulkan plugin's 16-bit GEMMs stay on "
-      "cooperative matrix where PTX kernels could run them through VK_NVX_binary_import); unset it "
-      "for 1",
-      v));
+  return common::env_switch("TESSERA_VULKAN_PTX",
+                            "the Vulkan plugin's 16-bit GEMMs stay on cooperative matrix where PTX "
+                            "kernels could run them through VK_NVX_binary_import");
 }
 
 VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int index)
