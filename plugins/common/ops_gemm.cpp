@@ -176,7 +176,7 @@ namespace {
 
 // f16 and bf16 GEMMs on matrix units, launched as "gemm_coopmat" and "gemm_coopmat_bf16": the
 // Vulkan plugin's shaders/gemm_coopmat.comp (bf16 through the same kernel's SPIR-V rewritten for
-// VK_KHR_cooperative_matrix) and the OpenCL plugin's kernels/gemm_mma.cl (NVIDIA's tensor cores
+// VK_KHR_cooperative_matrix) and nvidia/gemm_mma.cl, the OpenCL plugin's (NVIDIA's tensor cores
 // through inline PTX) keep one contract: 128 x 128 tiles of 256 invocations, 16-byte loads and
 // stores. Where the device has them and the operands fit those loads: every row (and each
 // binding's offset, and every matrix stride) a multiple of 8 elements. c in the inputs' dtype, or
@@ -229,7 +229,7 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
 }
 
 // f32 GEMMs on tensor cores where the caller's precision allows (high: 3 TF32 products, medium:
-// 1), launched as "gemm_tf32" (the OpenCL plugin's kernels/gemm_tf32.cl): gemm.tk's bindings,
+// 1), launched as "gemm_tf32" (nvidia/gemm_tf32.cl, the OpenCL plugin's): gemm.tk's bindings,
 // words (MODE 0) and split K, its flags 1 (a stored [K, M]), 2 (b stored [N, K]) and 8 (bias) in
 // V0, the products in V1; 128 x 128 tiles of 256 invocations, K slices of 16 (split K's parts
 // multiples of 16), 16-byte copies: M, N, K, every matrix stride and each binding's offset a

@@ -45,9 +45,9 @@ struct GpuTraits {
   bool storage16 = true;
   // An f16 GEMM on matrix units runs here, launched as "gemm_coopmat" (ops_gemm.cpp's coop_gemm
   // says its contract): the Vulkan plugin's shaders/gemm_coopmat.comp (VK_NV_cooperative_matrix,
-  // 16 x 16 x 16 f16 products, subgroups of 32), or the OpenCL plugin's kernels/gemm_mma.cl
-  // (mma.sync through inline PTX, on NVIDIA GPUs whose compiler takes it); on Hopper the OpenCL
-  // plugin's kernels/gemm_wgmma.cl, which the Vulkan plugin also runs there (as PTX through
+  // 16 x 16 x 16 f16 products, subgroups of 32), or the OpenCL plugin's nvidia/gemm_mma.cl
+  // (mma.sync through inline PTX, on NVIDIA GPUs whose compiler takes it); on Hopper
+  // nvidia/gemm_wgmma.cl, which both plugins run there (the Vulkan plugin as PTX through
   // VK_NVX_binary_import: its CuKernels).
   bool coop_f16 = false;
   // And its bf16 form, launched as "gemm_coopmat_bf16" (Vulkan: the same kernel's SPIR-V
@@ -60,12 +60,12 @@ struct GpuTraits {
   bool coop_attention_bf16 = false;
   // How many of the matrix-unit GEMM's work-groups run at once on a compute unit (its registers
   // and shared memory allow): split K makes as many parts as fill one such wave. The Vulkan
-  // kernel: 1 (229 registers); the OpenCL plugin's kernels/gemm_mma.cl: 2 (124 registers, 40 KiB),
-  // and its kernels/gemm_wgmma.cl wherever it runs: 2.
+  // kernel: 1 (229 registers); the OpenCL plugin's nvidia/gemm_mma.cl: 2 (124 registers, 40 KiB),
+  // and nvidia/gemm_wgmma.cl wherever it runs: 2.
   std::int32_t coop_groups_per_unit = 1;
   // f32 GEMMs on tensor cores where float32_matmul_precision() allows (MatmulAttrs::precision high:
   // each operand as two TF32 numbers, three products; medium: one), launched as "gemm_tf32"
-  // (ops_gemm.cpp's tf32_gemm says its contract): the OpenCL plugin's kernels/gemm_tf32.cl on
+  // (ops_gemm.cpp's tf32_gemm says its contract): the OpenCL plugin's nvidia/gemm_tf32.cl on
   // NVIDIA GPUs whose compiler takes its PTX.
   bool tf32_gemm = false;
   // The GEMM's largest tiles (128 x 128) stage K through one shared buffer instead of two: the

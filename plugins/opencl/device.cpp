@@ -167,9 +167,9 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   // (a causal row now and then attends to masked keys; POCL_WORK_GROUP_SPECIALIZATION=0 or
   // -cl-opt-disable make them pass; oclgrind finds no invalid access, race or divergence).
   traits.tiled_attention = !traits.is_cpu;
-  // 16-bit GEMMs on tensor cores (kernels/gemm_mma.cl) where NVIDIA's compiler builds its inline
+  // 16-bit GEMMs on tensor cores (../common/nvidia/gemm_mma.cl) where NVIDIA's compiler builds its inline
   // PTX; elsewhere (and where it fails) they compute in f32 (gemm.tk). One build decides for both
-  // operand types and for the f32 GEMM on TF32 products (kernels/gemm_tf32.cl, for
+  // operand types and for the f32 GEMM on TF32 products (../common/nvidia/gemm_tf32.cl, for
   // float32_matmul_precision high and medium): the bf16 forms of mma.sync and cvt, and TF32's, need
   // the same compute capability (8.0) as cp.async and the f16 ones; the other variants and the TF32
   // kernel are built when first launched.
@@ -189,7 +189,7 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
     }
   }
   // On compute capability 9.0 (Hopper) the 16-bit GEMMs take the warpgroup products instead
-  // (kernels/gemm_wgmma.cl: sm_90a PTX, which runs on 9.0 alone), where it builds;
+  // (../common/nvidia/gemm_wgmma.cl: sm_90a PTX, which runs on 9.0 alone), where it builds;
   // TESSERA_OPENCL_WGMMA=0 keeps mma.sync (for comparisons).
   bool wgmma = false;
   if (traits.coop_f16 && has_extension(extensions, "cl_nv_device_attribute_query") &&

@@ -2,8 +2,8 @@
 // program prelude.cl + common.tk + NAME.tk built with -DV0..-DV3, entry point tk_main, taking
 // eight buffers, the parameter words as one struct and the shared scratch as a __local argument.
 // The matrix-unit GEMM launches ("gemm_coopmat", "gemm_coopmat_bf16", made only where the traits
-// say so) run this plugin's kernels/gemm_mma.cl (kernels/gemm_wgmma.cl on Hopper), and "gemm_tf32"
-// its kernels/gemm_tf32.cl; all take the same arguments.
+// say so) run this plugin's ../common/nvidia/gemm_mma.cl (../common/nvidia/gemm_wgmma.cl on Hopper), and "gemm_tf32"
+// its ../common/nvidia/gemm_tf32.cl; all take the same arguments.
 #include <algorithm>
 #include <cstring>
 

@@ -56,8 +56,8 @@ std::string_view embedded_text(std::string_view file) {
 // build defines them; ../common/portable.cmake), the portable prelude and common functions
 // (../common/kernels/README.md).
 std::string source_of(std::string_view file) {
-  // The plugin's own kernels for NVIDIA GPUs (kernels/*.cl) after what they share (kernels/ptx.cl)
-  // and, for the two 16-bit GEMMs, their contract (kernels/gemm16.cl).
+  // The NVIDIA GPUs' kernels (../common/nvidia/*.cl) after what they share (ptx.cl) and, for the
+  // two 16-bit GEMMs, their contract (gemm16.cl).
   if (!file.ends_with(".tk")) {
     const bool gemm16 = file == kMmaGemm || file == kWgmmaGemm;
     return fmt::format("{}\n{}#line 1 \"{}\"\n{}", embedded_text("ptx.cl"),

@@ -221,7 +221,7 @@ class Pipelines {
 
 // Kernels of PTX modules through VK_NVX_binary_import: on NVIDIA GPUs of compute capability 9.0
 // (Hopper), the f16 and bf16 GEMMs of ops_gemm.cpp's coop_gemm ("gemm_coopmat",
-// "gemm_coopmat_bf16") run the OpenCL plugin's Hopper kernel (../opencl/kernels/gemm_wgmma.cl:
+// "gemm_coopmat_bf16") run the Hopper kernel the OpenCL plugin runs (../common/nvidia/gemm_wgmma.cl:
 // warpgroup products, which no Vulkan shader can express), compiled by clang at build time for
 // the CUDA kernel ABI (ptx/module.cmake) and embedded as gemm_wgmma_BF16_V0.ptx, one module per
 // operand type (BF16 1 or 0) and launch flags (V0). The driver compiles a module when it is

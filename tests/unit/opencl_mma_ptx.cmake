@@ -1,8 +1,8 @@
-# The OpenCL plugin's tensor-core GEMMs (plugins/opencl/kernels/gemm_mma.cl, gemm_wgmma.cl,
+# The OpenCL plugin's tensor-core GEMMs (plugins/common/nvidia/gemm_mma.cl, gemm_wgmma.cl,
 # gemm_tf32.cl) compiled to PTX by clang for an NVIDIA target, as NVIDIA's OpenCL compiler would
 # take them: CI has no NVIDIA GPU, so this is where a change to a kernel's text meets a compiler
-# before the H100 runs it. Each is built after kernels/ptx.cl, the 16-bit ones also after
-# kernels/gemm16.cl, as the plugin builds them. For each variant the build must succeed and the PTX
+# before the H100 runs it. Each is built after ptx.cl, the 16-bit ones also after gemm16.cl, as the
+# plugin builds them. For each variant the build must succeed and the PTX
 # must hold the instructions the kernel is for and no local memory (the fragment arrays stay in
 # registers).
 # cmake -DCLANG=... -DPRELUDE=.../ptx.cl -DPRELUDE16=.../gemm16.cl -DSOURCE=.../gemm_mma.cl

@@ -1,6 +1,6 @@
 # One PTX module of the Vulkan plugin's GEMM for VK_NVX_binary_import (../CMakeLists.txt): the
-# OpenCL plugin's Hopper kernel (SOURCE, kernels/gemm_wgmma.cl after PRELUDES: workitems.cl,
-# kernels/ptx.cl, kernels/gemm16.cl) compiled by clang for the CUDA kernel ABI with the launch
+# Hopper kernel both GPU plugins share (SOURCE, ../../common/nvidia/gemm_wgmma.cl after PRELUDES:
+# workitems.cl, ptx.cl, gemm16.cl) compiled by clang for the CUDA kernel ABI with the launch
 # flags V0 and the operand type BF16, its sm_90a instructions written as "//@" comments
 # (TK_WGMMA_COMMENTED, as the OpenCL plugin builds it). clang's NVPTX back end knows sm_80 and PTX
 # 7.0 at most (Debian 12's clang 14), so the text is then retargeted as the OpenCL plugin's

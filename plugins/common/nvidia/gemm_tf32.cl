@@ -1,7 +1,7 @@
 // C = op(A) op(B) (+ bias on every row) for f32 A and B on NVIDIA's tensor cores, in OpenCL C with
 // inline PTX: the OpenCL plugin's own kernel for the launch "gemm_tf32" of
 // ../../common/ops_gemm.cpp (f32 products where float32_matmul_precision() is high or medium),
-// where the device took this program when it opened (device.cpp). With V1 = 3 (high) each operand
+// where the device took this program when it opened (../../opencl/device.cpp). With V1 = 3 (high) each operand
 // is split into its TF32 rounding and the TF32 rounding of what that leaves (x = big + small,
 // about 22 significant bits between them) and a b is summed as small*big + big*small + big*big
 // (the small*small term is below the sums' rounding); with V1 = 1 (medium), big*big alone. Each

@@ -1,6 +1,6 @@
 // C = op(A) op(B) for f16 or bf16 A and B on NVIDIA's tensor cores, in OpenCL C with inline PTX:
 // the OpenCL plugin's own kernel for the launches "gemm_coopmat" and "gemm_coopmat_bf16" of
-// ../../common/ops_gemm.cpp, where the device took this program when it opened (device.cpp). Built
+// ../../common/ops_gemm.cpp, where the device took this program when it opened (../../opencl/device.cpp). Built
 // after ptx.cl (the parameter words, cp.async, ldmatrix, the tile's place) and gemm16.cl (the
 // contract it shares with gemm_wgmma.cl: bindings, words, V0 flags, 128 x 128 tiles, 256
 // invocations, the operand type, the stores), with K slices of 32.

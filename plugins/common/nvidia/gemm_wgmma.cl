@@ -1,18 +1,18 @@
 // C = op(A) op(B) for f16 or bf16 A and B on Hopper's warpgroup tensor-core products (wgmma), in
 // OpenCL C with inline PTX: the form of gemm_mma.cl's launches ("gemm_coopmat",
 // "gemm_coopmat_bf16") that the plugin takes on NVIDIA GPUs of compute capability 9.0, where this
-// program builds (device.cpp). Built after ptx.cl and gemm16.cl (the contract it shares with
+// program builds (../../opencl/device.cpp). Built after ptx.cl and gemm16.cl (the contract it shares with
 // gemm_mma.cl: bindings, words, V0 flags, 128 x 128 tiles of 256 invocations, split K, the operand
 // type, the stores). The Vulkan plugin runs this file too, on the same GPUs: compiled by clang at
-// build time for the CUDA kernel ABI and loaded through VK_NVX_binary_import (its ptx/module.cmake
-// and CuKernels), so a change here reaches both plugins, and the OpenCL built-ins it calls must
-// be among those its ptx/workitems.cl defines.
+// build time for the CUDA kernel ABI and loaded through VK_NVX_binary_import
+// (../../vulkan/ptx/module.cmake, CuKernels), so a change here reaches both plugins, and the OpenCL built-ins it calls must
+// be among those ../../vulkan/ptx/workitems.cl defines.
 //
 // wgmma is PTX for the sm_90a target, and NVIDIA's OpenCL compiler emits sm_90 PTX, whose
 // assembler refuses it. So the plugin builds this file with TK_WGMMA_COMMENTED defined, which
 // writes each wgmma instruction as a PTX comment ("//@" and the instruction, its operands filled
 // in by the compiler like any inline asm), then removes the marks and names sm_90a in the PTX the
-// driver returns, and builds that as the program's binary (programs.cpp, Programs::kernel with
+// driver returns, and builds that as the program's binary (../../opencl/programs.cpp, Programs::kernel with
 // Retarget::sm_90a). The asm statements are volatile: they keep their order, and the "+f"
 // operands tie the sums to the instructions that read and write them.
 //

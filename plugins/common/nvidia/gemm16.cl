@@ -1,5 +1,5 @@
 // What the OpenCL plugin's two 16-bit GEMM kernels share (gemm_mma.cl: mma.sync; gemm_wgmma.cl:
-// Hopper's wgmma), built between ptx.cl and each (programs.cpp): the contract of the launches
+// Hopper's wgmma), built between ptx.cl and each (../../opencl/programs.cpp): the contract of the launches
 // "gemm_coopmat" (f16, TK_BF16 0) and "gemm_coopmat_bf16" (TK_BF16 1) of ../../common/ops_gemm.cpp,
 // which is the Vulkan plugin's matrix-unit GEMM's (../../vulkan/shaders/gemm_coopmat.comp): 128 x
 // 128 tiles of 256 invocations, split K in parts of P(19) (a multiple of 32), f32 sums.

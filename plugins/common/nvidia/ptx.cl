@@ -1,5 +1,5 @@
 // What the OpenCL plugin's own kernels for NVIDIA GPUs (gemm_mma.cl, gemm_tf32.cl) share, built in
-// front of each (programs.cpp): the launch's parameter words, shared-memory addresses as PTX takes
+// front of each (../../opencl/programs.cpp): the launch's parameter words, shared-memory addresses as PTX takes
 // them, cp.async, ldmatrix, and where a GEMM work-group's tile and matrix are (the portable GEMM's
 // words, ../../common/ops_gemm.cpp's gemm_words).
 
