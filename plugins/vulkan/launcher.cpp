@@ -29,8 +29,16 @@ void VulkanLauncher::launch(const common::Launch& l) {
                    b[i].write, true};
   const auto grid = l.grid();
   if (CuKernels* cu = device_.cu_kernels(); cu && l.kernel().starts_with("gemm_coopmat")) {
-    const VkCuFunctionNVX f =
-        cu->function(CuKernels::gemm_module(l.kernel().ends_with("_bf16"), l.variant()[0]));
+    // Every module but the plainest is compiled by the driver on first use; one it refuses fails
+    // the op with the way out.
+    VkCuFunctionNVX f = VK_NULL_HANDLE;
+    try {
+      f = cu->function(CuKernels::gemm_module(l.kernel().ends_with("_bf16"), l.variant()[0]));
+    } catch (const BackendError& e) {
+      throw BackendError(fmt::format(
+          "{}; TESSERA_VULKAN_PTX=0 runs the 16-bit GEMMs on cooperative matrix instead",
+          e.what()));
+    }
     device_.vk_queue_object().launch_cu(l.label(), f, std::span(bindings.data(), b.size()),
                                         l.words(), {grid[0], grid[1], 1},
                                         static_cast<std::uint32_t>(l.group_size()));
