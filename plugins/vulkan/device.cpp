@@ -280,7 +280,8 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   if (props_.vendorID != 0x10de)
     ptx_status = "no (NVIDIA GPUs only)";
   else if (!CuKernels::built())
-    ptx_status = "no (the plugin was built without them: clang was not found)";
+    ptx_status =
+        "no (the plugin was built without them: no clang for NVPTX, or TESSERA_EMBED_PTX=OFF)";
   else if (!has_extension(physical, VK_NVX_BINARY_IMPORT_EXTENSION_NAME))
     ptx_status = "no (the driver lacks VK_NVX_binary_import)";
   else if (!f12.bufferDeviceAddress)
