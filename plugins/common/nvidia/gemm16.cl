@@ -50,6 +50,16 @@
 #define CVT_PACK "cvt.rn.f16x2.f32"
 #endif
 
+// The two kernels' opening: GEMM_OPENING (ptx.cl) with BM x BN tiles, then split K's |part| (this
+// part's slices are [s0, s1)) and the first 16-byte chunks of this tile's matrices of a (|a|) and
+// b (|b|).
+#define GEMM16_OPENING()                                                             \
+  GEMM_OPENING(BM, BN);                                                              \
+  const int part = SPLIT ? batch / P(18) : 0;                                        \
+  const int2 off = matrix_offsets(tk_p.w, SPLIT ? batch - part * P(18) : batch);     \
+  __global const uint4* a = (__global const uint4*)t0 + (tk_p.w[0] + off.x) / 8;     \
+  __global const uint4* b = (__global const uint4*)t1 + (tk_p.w[1] + off.y) / 8
+
 // Two sums rounded to the 16-bit type, |lo| in the low half.
 uint pack2(float lo, float hi) {
   uint r;

@@ -88,12 +88,7 @@ __kernel void tk_main(__global const float* t0, __global const float* t1, __glob
                       __local float* tk_shm) {
   __local float4 sm4[2 * STAGE / 4];
   __local float* sm = (__local float*)sm4;
-  const int group = (int)(get_group_id(1) * get_num_groups(0) + get_group_id(0));
-  if (group >= NGROUPS) return;
-  const int lid = (int)get_local_id(0);
-  const int M = P(0), N = P(1), K = P(2);
-  const int3 at = gemm_tile(tk_p.w, group, BM, BN);
-  const int batch = at.x, m0 = at.y, n0 = at.z;
+  GEMM_OPENING(BM, BN);
   const int part = batch / P(18);  // batch = part * P(18) + the matrix
   const int kb = part * P(21), ke = min(K, kb + P(21));
   const int2 off = matrix_offsets(tk_p.w, batch - part * P(18));

@@ -119,16 +119,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
     __global const uchar* t3, __global uchar* t4, __global uchar* t5, __global uchar* t6,
     __global uchar* t7, const TkParams tk_p, __local float4* tk_shm) {
   __local uint4 sm[STAGES * STAGE_CHUNKS] __attribute__((aligned(1024)));
-  const int group = (int)(get_group_id(1) * get_num_groups(0) + get_group_id(0));
-  if (group >= NGROUPS) return;
-  const int lid = (int)get_local_id(0);
-  const int M = P(0), N = P(1), K = P(2);
-  const int3 at = gemm_tile(tk_p.w, group, BM, BN);
-  const int batch = at.x, m0 = at.y, n0 = at.z;
-  const int part = SPLIT ? batch / P(18) : 0;  // split K: this part's slices [s0, s1)
-  const int2 off = matrix_offsets(tk_p.w, SPLIT ? batch - part * P(18) : batch);
-  __global const uint4* a = (__global const uint4*)t0 + (tk_p.w[0] + off.x) / 8;
-  __global const uint4* b = (__global const uint4*)t1 + (tk_p.w[1] + off.y) / 8;
+  GEMM16_OPENING();
 
   // Slice s into stage |st|: TILE_CHUNKS chunks of each operand, spread over the invocations; each
   // subgroup's copies read 8 rows of 64 bytes or 2 of 256 and fill 512 bytes of shared memory

@@ -50,6 +50,19 @@ int3 gemm_tile(const int* w, int group, int bm, int bn) {
   return (int3)(batch, (tile / across) * bm, (tile - (tile / across) * across) * bn);
 }
 
+// The opening every GEMM kernel here shares, in tk_main after its shared arrays: |group| this
+// work-group's number (one past the launch's work-groups returns), |lid| the invocation, M, N, K
+// (P(0..2)), and the tile's |batch|, first row |m0| and first column |n0| (gemm_tile with |bm| x
+// |bn| tiles). A macro, not a function: the statements stay in tk_main as written, so both
+// compilers see the kernel's text unchanged.
+#define GEMM_OPENING(bm, bn)                                                      \
+  const int group = (int)(get_group_id(1) * get_num_groups(0) + get_group_id(0)); \
+  if (group >= NGROUPS) return;                                                   \
+  const int lid = (int)get_local_id(0);                                           \
+  const int M = P(0), N = P(1), K = P(2);                                         \
+  const int3 at = gemm_tile(tk_p.w, group, bm, bn);                               \
+  const int batch = at.x, m0 = at.y, n0 = at.z
+
 // The element offsets of matrix |matrix| (< P(18)) of a launch with words |w| in a (x) and b (y):
 // P(5) batch dimensions of extents P(6..9), a's matrix strides P(10..13), b's P(14..17).
 int2 matrix_offsets(const int* w, int matrix) {
