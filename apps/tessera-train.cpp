@@ -159,26 +159,16 @@ int run_images(const TrainArgs& a) {
   lo.random_horizontal_flip = false;
   ImageDataLoader test_loader(test_set, lo);
 
-  // The schedule's length in optimizer steps (Lightning's estimated_stepping_batches), counted
-  // when fit calls configure_optimizers: with several processes the training loader is sharded by
-  // then, so its batches are this process's share of an epoch. (Counted before fit, the schedule
-  // ran world-size times too long: a ResNet-20 on two GPUs ended at lr 0.08 instead of near 0,
-  // 2 points lower.)
-  auto stepping_batches = [&] {
-    std::int64_t batches = train_loader.num_batches();
-    if (a.limit_train > 0) batches = std::min(batches, a.limit_train);
-    const std::int64_t per_epoch = (batches + a.accumulate - 1) / a.accumulate;
-    return a.max_steps > 0 ? a.max_steps : a.epochs * per_epoch;
-  };
-
   Generator gen(derive_seed(a.seed, 0x1417));
   std::shared_ptr<Module> net;
   {
     DeviceGuard guard(trainer.device());
     net = tessera::apps::make_image_net(a, gen);
   }
+  // The schedule's length, counted when fit calls configure_optimizers: with several processes
+  // the loader is sharded by then, so an epoch is this process's share of it.
   ImageClassifier model(net, [&](Module& m) {
-    return tessera::apps::make_image_optimizer(a, m, stepping_batches());
+    return tessera::apps::make_image_optimizer(a, m, trainer.estimated_stepping_batches());
   });
   trainer.fit(model, train_loader, &test_loader, resume_from);
 

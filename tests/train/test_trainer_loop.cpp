@@ -302,6 +302,34 @@ TEST(TrainerLoop, SchedulerStepsPerStepOrPerEpoch) {
   EXPECT_TRUE(epoch_csv[2].starts_with("2,10,0.05,")) << epoch_csv[2];
 }
 
+// Lightning's estimated_stepping_batches, as configure_optimizers sees it: max_epochs x the
+// epoch's batches (after limit_train_batches) / accumulate_grad_batches rounded up, or max_steps.
+TEST(TrainerLoop, EstimatedSteppingBatchesCountsTheFitsOptimizerSteps) {
+  TensorLoader train(regression_data(40, 1), 8);  // 5 batches an epoch
+  auto seen = [&](std::int64_t epochs, std::int64_t steps, std::int64_t limit, std::int64_t k) {
+    TrainerOptions o = quiet_options();
+    o.max_epochs = epochs;
+    o.max_steps = steps;
+    o.limit_train_batches = limit;
+    o.accumulate_grad_batches = k;
+    Trainer t(o);
+    if (steps < 1) {  // before fit, only max_steps is known
+      EXPECT_THROW((void)t.estimated_stepping_batches(), ConfigError);
+    }
+    std::int64_t count = -1;
+    WeightedRegression m([&](Module& mod) {
+      count = t.estimated_stepping_batches();
+      return sgd(0.01)(mod);
+    });
+    t.fit(m, train);
+    return count;
+  };
+  EXPECT_EQ(seen(3, -1, 0, 1), 15);
+  EXPECT_EQ(seen(3, -1, 0, 2), 9);  // 3 steps an epoch: 2 + 2 + 1 batches
+  EXPECT_EQ(seen(3, -1, 4, 1), 12);
+  EXPECT_EQ(seen(3, 7, 0, 1), 7);
+}
+
 TEST(TrainerLoop, ValCheckIntervalCounts) {
   TensorLoader train(regression_data(80, 1), 8), val(regression_data(16, 2), 8);  // 10, 2
   auto steps = [&](double interval, std::int64_t every_n_epochs, std::int64_t accumulate) {

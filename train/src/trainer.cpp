@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "tessera/checked.h"
 #include "tessera/errors.h"
 #include "tessera/log.h"
 #include "tessera/ops.h"
@@ -138,6 +139,25 @@ std::vector<Callback*> Trainer::callbacks() const {
 
 double Trainer::lr() const {
   return config_.optimizer ? config_.optimizer->lr() : std::nan("");
+}
+
+std::int64_t Trainer::estimated_stepping_batches() const {
+  if (options_.max_steps > 0) return options_.max_steps;
+  if (fit_batches_ <= 0)
+    throw ConfigError(
+        "estimated_stepping_batches: the training batches are known once fit has started; call it "
+        "from configure_optimizers");
+  if (options_.max_epochs < 0)
+    throw ConfigError(
+        "estimated_stepping_batches: max_epochs is -1 and max_steps is not set, so the fit has no "
+        "length; set one of them");
+  const std::int64_t k = options_.accumulate_grad_batches;
+  const auto steps = checked_mul(options_.max_epochs, (fit_batches_ + k - 1) / k);
+  if (!steps)
+    throw ConfigError(fmt::format(
+        "estimated_stepping_batches: max_epochs {} x {} steps an epoch overflows 64 bits",
+        options_.max_epochs, (fit_batches_ + k - 1) / k));
+  return *steps;
 }
 
 bool Trainer::finished() const {

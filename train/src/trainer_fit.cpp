@@ -244,6 +244,7 @@ void Trainer::fit_loop(Fit& fit, LightningModule& module, DataLoader& train,
   const int world = strategy_->world_size();
   DataLoader* val = val_;
   fit.num_batches = limited(train.num_batches(), options_.limit_train_batches);
+  fit_batches_ = fit.num_batches;
   if (fit.num_batches <= 0)
     throw InvalidArgument("fit: the training loader has no batches: there is nothing to train on");
   if (val && limited(val->num_batches(), options_.limit_val_batches) <= 0)

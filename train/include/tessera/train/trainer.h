@@ -215,6 +215,13 @@ class Trainer {
   // alone (elsewhere it does nothing).
   void save_checkpoint(const std::filesystem::path& path) const;
   double lr() const;
+  // Lightning's trainer.estimated_stepping_batches: the optimizer steps this fit takes, for a
+  // learning-rate schedule's length in configure_optimizers. max_steps where set; else max_epochs
+  // x the training batches of an epoch (after limit_train_batches; with several processes, this
+  // process's share, as fit has sharded the loader by then) / accumulate_grad_batches, rounded up
+  // per epoch. Throws ConfigError before fit has started (the batches are not known), when
+  // neither bound is set (max_epochs -1 without max_steps), or when the count overflows.
+  std::int64_t estimated_stepping_batches() const;
 
   // Set (by EarlyStopping, or any callback) to end the fit after the current validation or
   // epoch.
@@ -243,7 +250,8 @@ class Trainer {
   std::map<std::string, double> callback_metrics_;
   bool resumed_ = false;
   std::filesystem::path resumed_from_;
-  std::optional<DType> autocast_;       // from precision
+  std::int64_t fit_batches_ = 0;   // the training batches of an epoch of the latest fit (0: none)
+  std::optional<DType> autocast_;  // from precision
   std::unique_ptr<GradScaler> scaler_;  // "16-mixed"
 };
 
