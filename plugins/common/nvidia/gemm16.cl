@@ -1,15 +1,15 @@
 // What the OpenCL plugin's two 16-bit GEMM kernels share (gemm_mma.cl: mma.sync; gemm_wgmma.cl:
-// Hopper's wgmma), built between ptx.cl and each (../../opencl/programs.cpp): the contract of the launches
-// "gemm_coopmat" (f16, TK_BF16 0) and "gemm_coopmat_bf16" (TK_BF16 1) of ../../common/ops_gemm.cpp,
-// which is the Vulkan plugin's matrix-unit GEMM's (../../vulkan/shaders/gemm_coopmat.comp): 128 x
-// 128 tiles of 256 invocations, split K in parts of P(19) (a multiple of 32), f32 sums.
-// Bindings: 0 a, 1 b, 2 c [batch, M, N], 3 bias [N] (V0 & 16; else a again, unread).
-// Words (gemm.tk's MODE 0): P(0) M, P(1) N, P(2) K, P(3) tiles across N, P(4) tiles per matrix,
-// P(5) batch rank, P(6..9) batch extents, P(10..13) a's and P(14..17) b's matrix strides, P(18)
-// matrices, P(19) split K's part. V0: 1 a stored [K, M], 2 b stored [N, K], 4 split K (each part
-// stores its f32 sums to c [parts, matrices, M, N]; whole tiles), 8 c in f32, 16 an f32 bias
-// added to every row. The host guarantees: every operand's rows, C's rows and each binding's
-// offset are multiples of 8 elements (16-byte copies and 4-byte stores).
+// Hopper's wgmma), built between ptx.cl and each (../../opencl/programs.cpp): the contract of the
+// launches "gemm_coopmat" (f16, TK_BF16 0) and "gemm_coopmat_bf16" (TK_BF16 1) of
+// ../../common/ops_gemm.cpp, which is the Vulkan plugin's matrix-unit GEMM's
+// (../../vulkan/shaders/gemm_coopmat.comp): 128 x 128 tiles of 256 invocations, split K in parts of
+// P(19) (a multiple of 32), f32 sums. Bindings: 0 a, 1 b, 2 c [batch, M, N], 3 bias [N] (V0 & 16;
+// else a again, unread). Words (gemm.tk's MODE 0): P(0) M, P(1) N, P(2) K, P(3) tiles across N,
+// P(4) tiles per matrix, P(5) batch rank, P(6..9) batch extents, P(10..13) a's and P(14..17) b's
+// matrix strides, P(18) matrices, P(19) split K's part. V0: 1 a stored [K, M], 2 b stored [N, K], 4
+// split K (each part stores its f32 sums to c [parts, matrices, M, N]; whole tiles), 8 c in f32, 16
+// an f32 bias added to every row. The host guarantees: every operand's rows, C's rows and each
+// binding's offset are multiples of 8 elements (16-byte copies and 4-byte stores).
 #ifndef V0
 #define V0 0
 #endif
@@ -26,8 +26,9 @@
 #define THREADS 256
 
 // K slices in flight (STAGES, 2 to 4 as shared memory allows), a build option for tuning; 2 was
-// the fastest for both kernels (docs/bench/h100-opencl-mma.txt, h200-opencl-wgmma.txt). CP_WAIT()
-// waits for the oldest slice's copies.
+// the fastest for both kernels through OpenCL (docs/bench/h100-opencl-mma.txt,
+// h200-opencl-wgmma.txt); the Vulkan plugin builds gemm_wgmma.cl with 3 (its own wait, see there).
+// CP_WAIT() waits for the oldest slice's copies.
 #ifndef STAGES
 #define STAGES 2
 #endif
@@ -53,11 +54,11 @@
 // The two kernels' opening: GEMM_OPENING (ptx.cl) with BM x BN tiles, then split K's |part| (this
 // part's slices are [s0, s1)) and the first 16-byte chunks of this tile's matrices of a (|a|) and
 // b (|b|).
-#define GEMM16_OPENING()                                                             \
-  GEMM_OPENING(BM, BN);                                                              \
-  const int part = SPLIT ? batch / P(18) : 0;                                        \
-  const int2 off = matrix_offsets(tk_p.w, SPLIT ? batch - part * P(18) : batch);     \
-  __global const uint4* a = (__global const uint4*)t0 + (tk_p.w[0] + off.x) / 8;     \
+#define GEMM16_OPENING()                                                         \
+  GEMM_OPENING(BM, BN);                                                          \
+  const int part = SPLIT ? batch / P(18) : 0;                                    \
+  const int2 off = matrix_offsets(tk_p.w, SPLIT ? batch - part * P(18) : batch); \
+  __global const uint4* a = (__global const uint4*)t0 + (tk_p.w[0] + off.x) / 8; \
   __global const uint4* b = (__global const uint4*)t1 + (tk_p.w[1] + off.y) / 8
 
 // Two sums rounded to the 16-bit type, |lo| in the low half.

@@ -1,20 +1,20 @@
 // C = op(A) op(B) for f16 or bf16 A and B on Hopper's warpgroup tensor-core products (wgmma), in
 // OpenCL C with inline PTX: the form of gemm_mma.cl's launches ("gemm_coopmat",
 // "gemm_coopmat_bf16") that the plugin takes on NVIDIA GPUs of compute capability 9.0, where this
-// program builds (../../opencl/device.cpp). Built after ptx.cl and gemm16.cl (the contract it shares with
-// gemm_mma.cl: bindings, words, V0 flags, 128 x 128 tiles of 256 invocations, split K, the operand
-// type, the stores). The Vulkan plugin runs this file too, on the same GPUs: compiled by clang at
-// build time for the CUDA kernel ABI and loaded through VK_NVX_binary_import
-// (../../vulkan/ptx/module.cmake, CuKernels), so a change here reaches both plugins, and the OpenCL built-ins it calls must
-// be among those ../../vulkan/ptx/workitems.cl defines.
+// program builds (../../opencl/device.cpp). Built after ptx.cl and gemm16.cl (the contract it
+// shares with gemm_mma.cl: bindings, words, V0 flags, 128 x 128 tiles of 256 invocations, split K,
+// the operand type, the stores). The Vulkan plugin runs this file too, on the same GPUs: compiled
+// by clang at build time for the CUDA kernel ABI and loaded through VK_NVX_binary_import
+// (../../vulkan/ptx/module.cmake, CuKernels), so a change here reaches both plugins, and the OpenCL
+// built-ins it calls must be among those ../../vulkan/ptx/workitems.cl defines.
 //
 // wgmma is PTX for the sm_90a target, and NVIDIA's OpenCL compiler emits sm_90 PTX, whose
 // assembler refuses it. So the plugin builds this file with TK_WGMMA_COMMENTED defined, which
 // writes each wgmma instruction as a PTX comment ("//@" and the instruction, its operands filled
 // in by the compiler like any inline asm), then removes the marks and names sm_90a in the PTX the
-// driver returns, and builds that as the program's binary (../../opencl/programs.cpp, Programs::kernel with
-// Retarget::sm_90a). The asm statements are volatile: they keep their order, and the "+f"
-// operands tie the sums to the instructions that read and write them.
+// driver returns, and builds that as the program's binary (../../opencl/programs.cpp,
+// Programs::kernel with Retarget::sm_90a). The asm statements are volatile: they keep their order,
+// and the "+f" operands tie the sums to the instructions that read and write them.
 //
 // Each of the two warpgroups (4 subgroups, 128 invocations) multiplies 64 rows of the tile by its
 // 128 columns: wgmma.mma_async.m64n128k16, both operands read from shared memory through matrix
@@ -25,9 +25,11 @@
 // 64-byte (BK 32) or 32-byte (BK 16) mode reads them, so that each subgroup's 32 copies fill whole
 // 128-byte lines of shared memory and read 8 rows of 64 bytes or 2 of 256. (Without swizzling, in
 // the canonical layout of 128-byte core matrices, the same kernel ran at half the speed on an
-// H200.) STAGES slices in flight; one barrier a slice; each slice's products are waited for before
-// the barrier that lets its stage be refilled; fence.proxy.async between the copies and the tensor
-// cores' reads. Chunks of 8 elements past an edge are zeros. docs/bench/h200-opencl-wgmma.txt
+// H200.) STAGES slices in flight (2 in 47 KiB through OpenCL; 3 in the 48 KiB of the Vulkan
+// plugin's modules, where the copies running two slices ahead made 4096^3 40% faster on the H200);
+// one barrier a slice; each slice's products are waited for before the barrier that lets its stage
+// be refilled (WG_IN_FLIGHT below); fence.proxy.async between the copies and the tensor cores'
+// reads. Chunks of 8 elements past an edge are zeros. docs/bench/h200-opencl-wgmma.txt
 // has the probe that established the descriptors' fields and the variants measured.
 //
 // The K slices' length (BK, 16 or 32) as a build option for tuning: 32 was the fastest on the H200
@@ -45,8 +47,39 @@
 #error "BK must be 16 or 32"
 #endif
 #define STAGE_CHUNKS (2 * TILE_CHUNKS)
-#if STAGES * STAGE_CHUNKS * 16 > 47 * 1024
-#error "the stages exceed the 47 KiB of shared memory a work-group gets on NVIDIA GPUs"
+// The static shared memory a work-group may declare: 47 KiB through NVIDIA's OpenCL, CUDA's 48 KiB
+// where the Vulkan plugin loads the kernel as a CUDA module (ptx/module.cmake).
+#ifndef SMEM_LIMIT
+#define SMEM_LIMIT (47 * 1024)
+#endif
+#if STAGES * STAGE_CHUNKS * 16 > SMEM_LIMIT
+#error "the stages exceed the shared memory a work-group gets (SMEM_LIMIT)"
+#endif
+// Groups of products left in flight across the next slice's barrier (WG_IN_FLIGHT, 0 or 1): with
+// 1, each warpgroup waits for the previous slice's products, not this one's, so the tensor cores
+// run while the warpgroups meet at the barrier and issue the next copies; a stage is then refilled
+// one slice later, so the copies run STAGES - 2 slices ahead (STAGES - 1 with 0). 1 with three
+// stages ran at the speed of two stages with 0 on the H200: the copies' latency, not the products'
+// drain, is what the slices wait for.
+#ifndef WG_IN_FLIGHT
+#define WG_IN_FLIGHT 0
+#endif
+#if WG_IN_FLIGHT != 0 && WG_IN_FLIGHT != 1
+#error "WG_IN_FLIGHT must be 0 or 1"
+#endif
+#define AHEAD (STAGES - 1 - WG_IN_FLIGHT)
+#if AHEAD < 1
+#error "STAGES must exceed WG_IN_FLIGHT + 1"
+#endif
+// Waits for the oldest slice's copies: all but the AHEAD - 1 groups committed after it.
+#if AHEAD == 1
+#define CP_WAIT_SLICE "cp.async.wait_group 0;"
+#elif AHEAD == 2
+#define CP_WAIT_SLICE "cp.async.wait_group 1;"
+#elif AHEAD == 3
+#define CP_WAIT_SLICE "cp.async.wait_group 2;"
+#else
+#error "at most 3 slices ahead"
 #endif
 
 #ifdef TK_WGMMA_COMMENTED
@@ -159,17 +192,18 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
 
   const int s0 = SPLIT ? part * (P(19) / BK) : 0;
   const int slices = SPLIT ? min((K + BK - 1) / BK, s0 + P(19) / BK) : (K + BK - 1) / BK;
-  for (int p = 0; p < STAGES - 1; ++p) {
+  for (int p = 0; p < AHEAD; ++p) {
     if (s0 + p < slices) LOAD(s0 + p, p)
     CP_COMMIT();
   }
   for (int s = s0; s < slices; ++s) {
-    CP_WAIT();
+    __asm__ __volatile__(CP_WAIT_SLICE ::: "memory");
     // The slice's copies (ordinary shared-memory writes) become visible to the tensor cores'
-    // reads; the barrier then also says every warpgroup finished the last slice's products.
+    // reads; the barrier then also says every warpgroup finished the products of slice
+    // s - 1 - WG_IN_FLIGHT, whose stage the next copies refill.
     __asm__ __volatile__("fence.proxy.async.shared::cta;" ::: "memory");
     barrier(CLK_LOCAL_MEM_FENCE);
-    const int next = s + STAGES - 1;
+    const int next = s + AHEAD;
     if (next < slices) LOAD(next, (next - s0) % STAGES)
     CP_COMMIT();
     __local const uchar* ta = (__local const uchar*)(sm + ((s - s0) % STAGES) * STAGE_CHUNKS);
@@ -181,8 +215,11 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
             descriptor(tb + kk * b_k16, b_lbo, b_sbo));
     }
     __asm__ __volatile__(WG "wgmma.commit_group.sync.aligned;" ::: "memory");
-    __asm__ __volatile__(WG "wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    __asm__ __volatile__(WG "wgmma.wait_group.sync.aligned " STR(WG_IN_FLIGHT) ";" ::: "memory");
   }
+#if WG_IN_FLIGHT
+  __asm__ __volatile__(WG "wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
 
   // Invocation l of subgroup w (of its warpgroup) holds sums (4j + 2h + e) at row 16w + l / 4 +
   // 8h and column 8j + 2 (l % 4) + e of the warpgroup's 64 x 128 block.

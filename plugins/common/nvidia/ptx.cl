@@ -1,7 +1,7 @@
 // What the OpenCL plugin's own kernels for NVIDIA GPUs (gemm_mma.cl, gemm_tf32.cl) share, built in
-// front of each (../../opencl/programs.cpp): the launch's parameter words, shared-memory addresses as PTX takes
-// them, cp.async, ldmatrix, and where a GEMM work-group's tile and matrix are (the portable GEMM's
-// words, ../../common/ops_gemm.cpp's gemm_words).
+// front of each (../../opencl/programs.cpp): the launch's parameter words, shared-memory addresses
+// as PTX takes them, cp.async, ldmatrix, and where a GEMM work-group's tile and matrix are (the
+// portable GEMM's words, ../../common/ops_gemm.cpp's gemm_words).
 
 // Words 0..7: element offsets of bindings 0..7; word 8: the number of work-groups; then P(i).
 typedef struct {
@@ -43,11 +43,24 @@ void ldsm4_trans(uint* r, __local const void* p) {
 // Work-group |group|'s place in a GEMM launch with words |w| (TkParams::w) and |bm| x |bn| tiles:
 // x its batch index (part * P(18) + matrix where K is split), y and z the first row and column of
 // its tile (P(3) tiles across N, P(4) tiles a matrix).
+// GROUP_M > 1 (a tuning macro) walks the tiles in bands of GROUP_M rows of tiles, column by
+// column within a band, so that the work-groups running together share more of their operands'
+// slices in L2; 1, row by row, is the default (no gain measured outside noise on the H200:
+// docs/bench/h200-vulkan-ptx-stages.txt).
+#ifndef GROUP_M
+#define GROUP_M 1
+#endif
 int3 gemm_tile(const int* w, int group, int bm, int bn) {
   const int across = w[9 + 3], tiles = w[9 + 4];
   const int batch = group / tiles;
   const int tile = group - batch * tiles;
+#if GROUP_M > 1
+  const int in_group = GROUP_M * across, g = tile / in_group, t = tile - g * in_group;
+  const int height = min(tiles / across - g * GROUP_M, GROUP_M);
+  return (int3)(batch, (g * GROUP_M + t % height) * bm, (t / height) * bn);
+#else
   return (int3)(batch, (tile / across) * bm, (tile - (tile / across) * across) * bn);
+#endif
 }
 
 // The opening every GEMM kernel here shares, in tk_main after its shared arrays: |group| this

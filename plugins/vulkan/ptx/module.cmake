@@ -7,11 +7,17 @@
 # ptx_retarget.cpp retargets NVIDIA's: PTX ISA 8.0 (wgmma's), `.target sm_90a`, the marks
 # removed; comments and indentation go too (the module is embedded). Fails the build where clang
 # fails or the result lacks what the kernel is for.
-# cmake -DCLANG=... -DV0=n -DBF16=0|1 -DPRELUDES="a|b|c" -DSOURCE=... -DOUT=... -P module.cmake
+# cmake -DCLANG=... -DV0=n -DBF16=0|1 -DPRELUDES="a|b|c" [-DDEFINES="A=1|B=2"] -DSOURCE=... -DOUT=...
+#       -P module.cmake
 string(REPLACE "|" ";" PRELUDES "${PRELUDES}")
 set(includes "")
 foreach(p IN LISTS PRELUDES)
   list(APPEND includes -include ${p})
+endforeach()
+# DEFINES: the kernel's tuning macros ("STAGES=3|WG_IN_FLIGHT=1"), each passed as -D.
+string(REPLACE "|" ";" DEFINES "${DEFINES}")
+foreach(d IN LISTS DEFINES)
+  list(APPEND includes -D${d})
 endforeach()
 execute_process(
   COMMAND ${CLANG} -x cl -cl-std=CL1.2 -target nvptx64-nvidia-cuda -Xclang -finclude-default-header
