@@ -10,14 +10,20 @@
 namespace tessera::vulkan {
 namespace {
 
-// The cache file: this header, then the driver's VkPipelineCache data.
+// A cache entry, one per pipeline: this header, the pipeline's key (shader and specialization
+// constants), then the driver's VkPipelineCache data of that pipeline alone. One entry a pipeline,
+// written once when the pipeline is first compiled, so that a new pipeline costs one small write
+// however many are cached (the whole cache rewritten at each new pipeline cost NVIDIA's driver
+// seconds a run once thousands were cached), and processes sharing the directory never drop each
+// other's entries.
 struct CacheHeader {
-  char magic[16];          // "tessera-vkcache1"
-  std::uint64_t checksum;  // FNV-1a of the data
+  char magic[16];          // "tessera-vkcache2"
+  std::uint64_t checksum;  // FNV-1a of the key and the data
+  std::uint64_t key_size;  // bytes of the key
   std::uint64_t size;      // bytes of data
 };
 constexpr char kMagic[16] = {'t', 'e', 's', 's', 'e', 'r', 'a', '-',
-                             'v', 'k', 'c', 'a', 'c', 'h', 'e', '1'};
+                             'v', 'k', 'c', 'a', 'c', 'h', 'e', '2'};
 
 std::uint64_t fnv1a(const void* data, std::size_t size) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -49,65 +55,64 @@ Pipelines::Pipelines(VulkanDevice& device) : dev_(device) {
   const auto& p = dev_.properties();
   std::string uuid;
   for (const std::uint8_t c : p.pipelineCacheUUID) uuid += fmt::format("{:02x}", c);
-  cache_name_ =
-      fmt::format("vulkan-{:04x}-{:04x}-{}-{}.bin", p.vendorID, p.deviceID, uuid, p.driverVersion);
-  load_cache();
+  cache_prefix_ =
+      fmt::format("vulkan-{:04x}-{:04x}-{}-{}", p.vendorID, p.deviceID, uuid, p.driverVersion);
 }
 
 Pipelines::~Pipelines() = default;  // never destroyed before exit (see ~VulkanDevice)
 
-void Pipelines::load_cache() {
-  std::string data;
-  if (auto cached = cache_read(cache_name_)) {
-    // Ours, whole, and for this very device and driver; anything else is ignored.
-    const auto& p = dev_.properties();
-    CacheHeader h{};
-    bool ok = cached->size() >= sizeof h;
-    if (ok) std::memcpy(&h, cached->data(), sizeof h);
-    ok = ok && std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 &&
-         h.size == cached->size() - sizeof h &&
-         h.checksum == fnv1a(cached->data() + sizeof h, h.size) && h.size >= 16 + VK_UUID_SIZE;
-    if (ok) {
-      const char* d = cached->data() + sizeof h;
-      std::uint32_t vendor, device;
-      std::memcpy(&vendor, d + 8, 4);
-      std::memcpy(&device, d + 12, 4);
-      ok = vendor == p.vendorID && device == p.deviceID &&
-           std::memcmp(d + 16, p.pipelineCacheUUID, VK_UUID_SIZE) == 0;
-    }
-    if (ok) {
-      data.assign(cached->data() + sizeof h, h.size);
-      log().debug("{}: pipeline cache {} loaded ({} bytes)", dev_.name(), cache_name_, h.size);
-    } else {
-      log().debug("{}: pipeline cache {} is corrupt or from another device; ignoring it",
-                  dev_.name(), cache_name_);
-    }
-  }
-  VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
-  ci.initialDataSize = data.size();
-  ci.pInitialData = data.empty() ? nullptr : data.data();
-  if (vkCreatePipelineCache(dev_.handle(), &ci, nullptr, &cache_) != VK_SUCCESS) {
-    ci.initialDataSize = 0;
-    ci.pInitialData = nullptr;
-    check(vkCreatePipelineCache(dev_.handle(), &ci, nullptr, &cache_), "vkCreatePipelineCache",
-          dev_.name());
-  }
+std::string Pipelines::cache_name(const std::string& key) const {
+  return fmt::format("{}-{:016x}.bin", cache_prefix_, fnv1a(key.data(), key.size()));
 }
 
-void Pipelines::save_cache() {
+std::string Pipelines::load_cache(const std::string& key) const {
+  const std::string name = cache_name(key);
+  auto cached = cache_read(name);
+  if (!cached) return {};
+  // Ours, whole, this very pipeline's, and for this very device and driver; anything else is
+  // ignored (and replaced once the pipeline is compiled).
+  const auto& p = dev_.properties();
+  CacheHeader h{};
+  bool ok = cached->size() >= sizeof h;
+  if (ok) std::memcpy(&h, cached->data(), sizeof h);
+  const std::size_t rest = ok ? cached->size() - sizeof h : 0;
+  ok = ok && std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 && h.key_size == key.size() &&
+       h.size <= rest && h.key_size == rest - h.size &&
+       h.checksum == fnv1a(cached->data() + sizeof h, rest) && h.size >= 16 + VK_UUID_SIZE &&
+       std::memcmp(cached->data() + sizeof h, key.data(), key.size()) == 0;
+  const char* d = ok ? cached->data() + sizeof h + h.key_size : nullptr;
+  if (ok) {
+    std::uint32_t vendor, device;
+    std::memcpy(&vendor, d + 8, 4);
+    std::memcpy(&device, d + 12, 4);
+    ok = vendor == p.vendorID && device == p.deviceID &&
+         std::memcmp(d + 16, p.pipelineCacheUUID, VK_UUID_SIZE) == 0;
+  }
+  if (!ok) {
+    log().debug(
+        "{}: pipeline cache entry {} is corrupt, another pipeline's or from another "
+        "device; ignoring it",
+        dev_.name(), name);
+    return {};
+  }
+  return std::string(d, h.size);
+}
+
+void Pipelines::save_cache(const std::string& key, VkPipelineCache cache) const {
   std::size_t size = 0;
-  if (vkGetPipelineCacheData(dev_.handle(), cache_, &size, nullptr) != VK_SUCCESS || !size) return;
-  std::string out(sizeof(CacheHeader) + size, '\0');
-  if (vkGetPipelineCacheData(dev_.handle(), cache_, &size, out.data() + sizeof(CacheHeader)) !=
-      VK_SUCCESS)
-    return;
-  out.resize(sizeof(CacheHeader) + size);
+  if (vkGetPipelineCacheData(dev_.handle(), cache, &size, nullptr) != VK_SUCCESS || !size) return;
+  std::string out(sizeof(CacheHeader) + key.size() + size, '\0');
+  char* data = out.data() + sizeof(CacheHeader) + key.size();
+  if (vkGetPipelineCacheData(dev_.handle(), cache, &size, data) != VK_SUCCESS) return;
+  out.resize(sizeof(CacheHeader) + key.size() + size);
+  std::memcpy(out.data() + sizeof(CacheHeader), key.data(), key.size());
   CacheHeader h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.key_size = key.size();
   h.size = size;
-  h.checksum = fnv1a(out.data() + sizeof h, size);
+  h.checksum = fnv1a(out.data() + sizeof h, key.size() + size);
   std::memcpy(out.data(), &h, sizeof h);
-  cache_write(cache_name_, out);
+  cache_write(cache_name(key), out);
 }
 
 void Pipelines::log_statistics(const std::string& key, VkPipeline pipeline) const {
@@ -185,12 +190,26 @@ VkPipeline Pipelines::get(std::string_view shader, std::span<const std::int32_t>
   ci.stage.pSpecializationInfo = &si;
   ci.layout = layout_;
   if (dev_.pipeline_statistics()) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
+  // A pipeline cache of this pipeline alone: its entry's data where there is a valid one (a
+  // driver that refuses the data gets an empty cache), written back when there was none.
+  const std::string cached = load_cache(key);
+  VkPipelineCacheCreateInfo pci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+  pci.initialDataSize = cached.size();
+  pci.pInitialData = cached.empty() ? nullptr : cached.data();
+  VkPipelineCache cache = VK_NULL_HANDLE;
+  if (vkCreatePipelineCache(dev_.handle(), &pci, nullptr, &cache) != VK_SUCCESS) {
+    pci.initialDataSize = 0;
+    pci.pInitialData = nullptr;
+    check(vkCreatePipelineCache(dev_.handle(), &pci, nullptr, &cache), "vkCreatePipelineCache",
+          dev_.name());
+  }
   VkPipeline pipeline;
-  check(vkCreateComputePipelines(dev_.handle(), cache_, 1, &ci, nullptr, &pipeline),
-        fmt::format("creating the pipeline of {}", shader), dev_.name());
+  const VkResult r = vkCreateComputePipelines(dev_.handle(), cache, 1, &ci, nullptr, &pipeline);
+  if (r == VK_SUCCESS && cached.empty()) save_cache(key, cache);
+  vkDestroyPipelineCache(dev_.handle(), cache, nullptr);
+  check(r, fmt::format("creating the pipeline of {}", shader), dev_.name());
   if (dev_.pipeline_statistics()) log_statistics(key, pipeline);
   pipelines_.emplace(std::move(key), pipeline);
-  save_cache();
   return pipeline;
 }
 

@@ -2,7 +2,7 @@
 // VK_KHR_push_descriptor) as vulkan:N. Memory is suballocated from large blocks; dispatches are
 // recorded into command buffers and submitted in batches with barriers only between dependent
 // work; compute pipelines come from the portable kernels' SPIR-V, embedded at build time
-// (../common/portable.cmake: NAME.tk.spv), and are cached in a VkPipelineCache under
+// (../common/portable.cmake: NAME.tk.spv), and each is cached as its VkPipelineCache data under
 // TESSERA_CACHE_DIR. Work goes to a dedicated compute queue family where the device has one
 // (queue_family.h). On NVIDIA's Hopper GPUs the f16/bf16 GEMM runs as PTX through
 // VK_NVX_binary_import instead (CuKernels).
@@ -190,8 +190,9 @@ class VulkanQueue final : public Queue {
   KernelTimes times_;
 };
 
-// Shader modules and compute pipelines, created on first use and kept; the VkPipelineCache is
-// loaded from and saved to TESSERA_CACHE_DIR. Thread-safe.
+// Shader modules and compute pipelines, created on first use and kept; each pipeline's
+// VkPipelineCache data is an entry of its own under TESSERA_CACHE_DIR, read when the pipeline is
+// created and written when it was not there. Thread-safe.
 class Pipelines {
  public:
   explicit Pipelines(VulkanDevice& device);
@@ -205,30 +206,32 @@ class Pipelines {
   static constexpr int kPushWords = 32;
 
  private:
-  void load_cache();
-  void save_cache();
+  // The cache entry of the pipeline |key| under TESSERA_CACHE_DIR (one a pipeline): its name, its
+  // driver data if valid (else empty), and writing |cache|'s data as it.
+  std::string cache_name(const std::string& key) const;
+  std::string load_cache(const std::string& key) const;
+  void save_cache(const std::string& key, VkPipelineCache cache) const;
   // Logs the compiler's statistics of |pipeline| (at debug; VulkanDevice::pipeline_statistics).
   void log_statistics(const std::string& key, VkPipeline pipeline) const;
   VulkanDevice& dev_;
   std::mutex mu_;
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
-  VkPipelineCache cache_ = VK_NULL_HANDLE;
-  std::string cache_name_;
+  std::string cache_prefix_;  // vulkan-VENDOR-DEVICE-UUID-DRIVER
   std::map<std::string, VkShaderModule, std::less<>> modules_;
   std::map<std::string, VkPipeline, std::less<>> pipelines_;
 };
 
 // Kernels of PTX modules through VK_NVX_binary_import: on NVIDIA GPUs of compute capability 9.0
 // (Hopper), the f16 and bf16 GEMMs of ops_gemm.cpp's coop_gemm ("gemm_coopmat",
-// "gemm_coopmat_bf16") run the Hopper kernel the OpenCL plugin runs (../common/nvidia/gemm_wgmma.cl:
-// warpgroup products, which no Vulkan shader can express), compiled by clang at build time for
-// the CUDA kernel ABI (ptx/module.cmake) and embedded as gemm_wgmma_BF16_V0.ptx, one module per
-// operand type (BF16 1 or 0) and launch flags (V0). The driver compiles a module when it is
-// first used. A kernel takes the OpenCL kernel's parameters: eight 64-bit device addresses (the
-// bindings, MemoryBlock::address + the allocation's offset; the element offsets stay in the
-// words), the words as a struct of 32 ints, and a __local pointer it does not read (0).
-// Thread-safe.
+// "gemm_coopmat_bf16") run the Hopper kernel the OpenCL plugin runs
+// (../common/nvidia/gemm_wgmma.cl: warpgroup products, which no Vulkan shader can express),
+// compiled by clang at build time for the CUDA kernel ABI (ptx/module.cmake) and embedded as
+// gemm_wgmma_BF16_V0.ptx, one module per operand type (BF16 1 or 0) and launch flags (V0). The
+// driver compiles a module when it is first used. A kernel takes the OpenCL kernel's parameters:
+// eight 64-bit device addresses (the bindings, MemoryBlock::address + the allocation's offset; the
+// element offsets stay in the words), the words as a struct of 32 ints, and a __local pointer it
+// does not read (0). Thread-safe.
 class CuKernels {
  public:
   // Throws BackendError where the device lacks the extension's entry points.

@@ -579,6 +579,19 @@ TEST(TesseraDevices, ACorruptCompiledCodeCacheIsIgnoredAndRewritten) {
     for (const auto& [name, size] : sizes) cached |= name.starts_with(plugin);
     EXPECT_TRUE(cached) << "no cache entry written for " << plugin;
   }
+  // A run that finds every entry writes none of them again (each is written once, when its
+  // pipeline or program is first compiled): their contents and times stay as they were.
+  std::map<std::string, fs::file_time_type> times;
+  for (const auto& e : fs::directory_iterator(dir))
+    times[e.path().filename()] = e.last_write_time();
+  const Result again = run(env, check);
+  ASSERT_EQ(again.code, 0) << again.err;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename();
+    ASSERT_TRUE(times.contains(name)) << name << " is new in the second run";
+    EXPECT_EQ(e.last_write_time(), times[name]) << name << " was written again";
+    EXPECT_EQ(e.file_size(), sizes[name]) << name;
+  }
   int i = 0;
   for (const auto& [name, size] : sizes) {
     std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
@@ -595,7 +608,7 @@ TEST(TesseraDevices, ACorruptCompiledCodeCacheIsIgnoredAndRewritten) {
     std::ifstream in(dir / name, std::ios::binary);
     std::string head(23, '\0');
     in.read(head.data(), 23);
-    EXPECT_TRUE(head.starts_with("tessera-vkcache1") || head.starts_with("TESSERA-OPENCL-BINARY"))
+    EXPECT_TRUE(head.starts_with("tessera-vkcache2") || head.starts_with("TESSERA-OPENCL-BINARY"))
         << name << " was not rewritten";
   }
   fs::remove_all(dir);
