@@ -1,7 +1,9 @@
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 
+#include "tessera/config.h"
 #include "tessera/embedded.h"
 #include "tessera/file.h"
 #include "tessera/log.h"
@@ -57,6 +59,12 @@ Pipelines::Pipelines(VulkanDevice& device) : dev_(device) {
   for (const std::uint8_t c : p.pipelineCacheUUID) uuid += fmt::format("{:02x}", c);
   cache_prefix_ =
       fmt::format("vulkan-{:04x}-{:04x}-{}-{}", p.vendorID, p.deviceID, uuid, p.driverVersion);
+  // Earlier builds kept every pipeline of this device in one file, PREFIX.bin, no longer read
+  // (hundreds of MB on NVIDIA's driver after the conformance suite): removed where found.
+  std::error_code ec;
+  const std::filesystem::path legacy = cache_directory_from_env() / (cache_prefix_ + ".bin");
+  if (std::filesystem::remove(legacy, ec))
+    log().debug("{}: removed the old pipeline cache file {}", dev_.name(), legacy.string());
 }
 
 Pipelines::~Pipelines() = default;  // never destroyed before exit (see ~VulkanDevice)

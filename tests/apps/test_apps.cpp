@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -568,8 +569,21 @@ TEST(TesseraDevices, ACorruptCompiledCodeCacheIsIgnoredAndRewritten) {
   fs::remove_all(dir);
   const std::string env = "TESSERA_CACHE_DIR=" + dir.string();
   const std::string check = std::string(DEVICES_BIN) + " --check --json";
+  // The single pipeline cache file of earlier builds (vulkan-VENDOR-DEVICE-UUID-DRIVER.bin, no
+  // longer read): the plugin removes it. Its name is the entries' without their key, so it is
+  // planted for every device the first run wrote entries for, before a run that must remove it.
   const Result first = run(env, check);
   ASSERT_EQ(first.code, 0) << first.err;
+  std::set<std::string> legacy;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename();
+    if (name.starts_with("vulkan-")) legacy.insert(name.substr(0, name.rfind('-')) + ".bin");
+  }
+  for (const std::string& name : legacy) std::ofstream(dir / name) << "tessera-vkcache1";
+  const Result cleaned = run(env, check);
+  ASSERT_EQ(cleaned.code, 0) << cleaned.err;
+  for (const std::string& name : legacy)
+    EXPECT_FALSE(fs::exists(dir / name)) << name << ", the old single cache file, is still there";
   std::map<std::string, std::uintmax_t> sizes;
   for (const auto& e : fs::directory_iterator(dir)) sizes[e.path().filename()] = e.file_size();
   const json devices = json::parse(first.out)["devices"];
