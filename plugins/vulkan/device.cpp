@@ -429,11 +429,12 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
           "yes: f16 and bf16 GEMMs on warpgroup products (wgmma, sm_90a), not on "
           "cooperative matrix";
       // The GEMMs left cooperative matrix: its line names what stays there.
-      for (auto& [key, value] : info_.properties)
-        if (key == "cooperative matrix" && coop_f16_)
-          value =
-              "yes: attention on it (VK_NV_cooperative_matrix); the f16 and bf16 GEMMs run "
-              "the PTX kernels";
+      if (coop_f16_)
+        for (auto& [key, value] : info_.properties)
+          if (key == "cooperative matrix")
+            value =
+                "yes: attention on it (VK_NV_cooperative_matrix); the f16 and bf16 GEMMs run "
+                "the PTX kernels";
     } catch (const BackendError& e) {
       log().debug("{}: no PTX GEMM: {}", id_, e.what());
       ptx_status = fmt::format("no (the driver refused the sm_90a GEMM: {})", e.what());

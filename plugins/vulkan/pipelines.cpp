@@ -73,8 +73,7 @@ std::string Pipelines::cache_name(const std::string& key) const {
   return fmt::format("{}-{:016x}.bin", cache_prefix_, fnv1a(key.data(), key.size()));
 }
 
-std::string Pipelines::load_cache(const std::string& key) const {
-  const std::string name = cache_name(key);
+std::string Pipelines::load_cache(const std::string& key, const std::string& name) const {
   auto cached = cache_read(name);
   if (!cached) return {};
   // Ours, whole, this very pipeline's, and for this very device and driver; anything else is
@@ -106,7 +105,8 @@ std::string Pipelines::load_cache(const std::string& key) const {
   return std::string(d, h.size);
 }
 
-void Pipelines::save_cache(const std::string& key, VkPipelineCache cache) const {
+void Pipelines::save_cache(const std::string& key, const std::string& name,
+                           VkPipelineCache cache) const {
   std::size_t size = 0;
   if (vkGetPipelineCacheData(dev_.handle(), cache, &size, nullptr) != VK_SUCCESS || !size) return;
   std::string out(sizeof(CacheHeader) + key.size() + size, '\0');
@@ -120,7 +120,7 @@ void Pipelines::save_cache(const std::string& key, VkPipelineCache cache) const 
   h.size = size;
   h.checksum = fnv1a(out.data() + sizeof h, key.size() + size);
   std::memcpy(out.data(), &h, sizeof h);
-  cache_write(cache_name(key), out);
+  cache_write(name, out);
 }
 
 void Pipelines::log_statistics(const std::string& key, VkPipeline pipeline) const {
@@ -200,7 +200,8 @@ VkPipeline Pipelines::get(std::string_view shader, std::span<const std::int32_t>
   if (dev_.pipeline_statistics()) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   // A pipeline cache of this pipeline alone: its entry's data where there is a valid one (a
   // driver that refuses the data gets an empty cache), written back when there was none.
-  const std::string cached = load_cache(key);
+  const std::string entry = cache_name(key);
+  const std::string cached = load_cache(key, entry);
   bool from_entry = !cached.empty();
   VkPipelineCacheCreateInfo pci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
   pci.initialDataSize = cached.size();
@@ -215,7 +216,7 @@ VkPipeline Pipelines::get(std::string_view shader, std::span<const std::int32_t>
   }
   VkPipeline pipeline;
   const VkResult r = vkCreateComputePipelines(dev_.handle(), cache, 1, &ci, nullptr, &pipeline);
-  if (r == VK_SUCCESS && !from_entry) save_cache(key, cache);
+  if (r == VK_SUCCESS && !from_entry) save_cache(key, entry, cache);
   vkDestroyPipelineCache(dev_.handle(), cache, nullptr);
   check(r, fmt::format("creating the pipeline of {}", shader), dev_.name());
   if (dev_.pipeline_statistics()) log_statistics(key, pipeline);

@@ -207,10 +207,10 @@ class Pipelines {
 
  private:
   // The cache entry of the pipeline |key| under TESSERA_CACHE_DIR (one a pipeline): its name, its
-  // driver data if valid (else empty), and writing |cache|'s data as it.
+  // driver data if valid (else empty), and writing |cache|'s data as it; |name| is cache_name(key).
   std::string cache_name(const std::string& key) const;
-  std::string load_cache(const std::string& key) const;
-  void save_cache(const std::string& key, VkPipelineCache cache) const;
+  std::string load_cache(const std::string& key, const std::string& name) const;
+  void save_cache(const std::string& key, const std::string& name, VkPipelineCache cache) const;
   // Logs the compiler's statistics of |pipeline| (at debug; VulkanDevice::pipeline_statistics).
   void log_statistics(const std::string& key, VkPipeline pipeline) const;
   VulkanDevice& dev_;
