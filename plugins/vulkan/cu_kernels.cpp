@@ -28,9 +28,39 @@ std::string CuKernels::gemm_module(bool bf16, std::int32_t v0) {
   return fmt::format("gemm_wgmma_{}_{}.ptx", bf16 ? 1 : 0, v0);
 }
 
+std::string CuKernels::portable_module(std::string_view kernel, std::span<const std::int32_t> v) {
+  std::string name = fmt::format("{}.tk", kernel);
+  for (const std::int32_t x : v) name += fmt::format("_{}", x);
+  return name + ".ptx";
+}
+
+bool CuKernels::portable_built() {
+  for (const EmbeddedFile& f : embedded_files())
+    if (f.name.starts_with("gemm.tk_") && f.name.ends_with(".ptx")) return true;
+  return false;
+}
+
+VkCuFunctionNVX CuKernels::function_if_built(const std::string& name) {
+  {
+    std::lock_guard lock(mu_);
+    if (const auto it = functions_.find(name); it != functions_.end()) return it->second;
+  }
+  if (!embedded_file(name).empty()) {
+    try {
+      return function(name);
+    } catch (const BackendError& e) {
+      // The launch keeps its SPIR-V pipeline, which computes the same.
+      log().warn("{}; its SPIR-V pipeline runs instead", e.what());
+    }
+  }
+  std::lock_guard lock(mu_);
+  return functions_[name] = VK_NULL_HANDLE;
+}
+
 VkCuFunctionNVX CuKernels::function(const std::string& name) {
   std::lock_guard lock(mu_);
-  if (const auto it = functions_.find(name); it != functions_.end()) return it->second;
+  if (const auto it = functions_.find(name); it != functions_.end() && it->second)
+    return it->second;
   const auto ptx = embedded_file(name);
   if (ptx.empty())
     throw BackendError(

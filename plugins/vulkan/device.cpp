@@ -200,8 +200,9 @@ std::vector<std::uint32_t> bf16_kernel(std::string_view name) {
 
 bool ptx_allowed() {
   return common::env_switch("TESSERA_VULKAN_PTX",
-                            "the Vulkan plugin's 16-bit GEMMs stay on cooperative matrix where PTX "
-                            "kernels could run them through VK_NVX_binary_import");
+                            "the Vulkan plugin's GEMMs stay on cooperative matrix (f16, bf16) "
+                            "and SPIR-V (f32) where PTX kernels could run them through "
+                            "VK_NVX_binary_import");
 }
 
 VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int index)
@@ -425,9 +426,11 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
       auto cu = std::make_unique<CuKernels>(*this);
       (void)cu->function(CuKernels::gemm_module(false, 0));
       cu_kernels_ = std::move(cu);
-      ptx_status =
-          "yes: f16 and bf16 GEMMs on warpgroup products (wgmma, sm_90a), not on "
-          "cooperative matrix";
+      ptx_status = CuKernels::portable_built()
+                       ? "yes: f16 and bf16 GEMMs on warpgroup products (wgmma, sm_90a), not on "
+                         "cooperative matrix; the f32 GEMM's main variants as PTX, not SPIR-V"
+                       : "yes: f16 and bf16 GEMMs on warpgroup products (wgmma, sm_90a), not on "
+                         "cooperative matrix";
       // The GEMMs left cooperative matrix: its line names what stays there.
       if (coop_f16_)
         for (auto& [key, value] : info_.properties)
@@ -463,7 +466,12 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
                                coop_bf16_spirv_.contains("attention_coopmat");
   // The PTX GEMM: 32 KiB of shared memory and two work-groups an SM, as the OpenCL plugin's.
   if (cu_kernels_) traits.coop_groups_per_unit = 2;
-  traits.gemm_one_buffer = props_.vendorID == 0x10de;
+  // NVIDIA's Vulkan compiler gives the SPIR-V GEMM's largest tiles with two buffers too many
+  // registers for two work-groups an SM, so they take one; the PTX modules take two, as the
+  // OpenCL plugin does (one work-group an SM at 186 registers, still 1.12-1.15x the SPIR-V's
+  // speed with one: docs/performance.md).
+  traits.gemm_one_buffer =
+      props_.vendorID == 0x10de && !(cu_kernels_ && CuKernels::portable_built());
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), memory type {}", id_, info_.name, info_.driver, type);

@@ -2,7 +2,8 @@
 // SPIR-V module NAME.tk.spv (or, for the few the plugin writes itself, shaders/NAME.comp as
 // NAME.spv: Pipelines::get), specialised with the work-group size (constant 0), the shared
 // scratch size (1) and V0..V3 (2..5); tensors are push descriptors, words push constants. Where
-// the device has PTX kernels (CuKernels), the 16-bit GEMM's launches run those instead.
+// the device has PTX kernels (CuKernels), the 16-bit GEMM's launches run those instead, as do the
+// portable kernels' variants built as PTX.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -43,6 +44,16 @@ void VulkanLauncher::launch(const common::Launch& l) {
                                         l.words(), {grid[0], grid[1], 1},
                                         static_cast<std::uint32_t>(l.group_size()));
     return;
+  }
+  // A portable kernel's variant built as PTX too (CuKernels: the f32 GEMM's main ones).
+  if (CuKernels* cu = device_.cu_kernels()) {
+    if (const VkCuFunctionNVX f =
+            cu->function_if_built(CuKernels::portable_module(l.kernel(), l.variant()))) {
+      device_.vk_queue_object().launch_cu(l.label(), f, std::span(bindings.data(), b.size()),
+                                          l.words(), {grid[0], grid[1], 1},
+                                          static_cast<std::uint32_t>(l.group_size()));
+      return;
+    }
   }
   // Kernels use bindings 0..n-1 only; the rest of the layout stays unwritten.
   const std::string shader = fmt::format("{}.tk", l.kernel());

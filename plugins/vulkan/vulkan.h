@@ -227,11 +227,13 @@ class Pipelines {
 // "gemm_coopmat_bf16") run the Hopper kernel the OpenCL plugin runs
 // (../common/nvidia/gemm_wgmma.cl: warpgroup products, which no Vulkan shader can express),
 // compiled by clang at build time for the CUDA kernel ABI (ptx/module.cmake) and embedded as
-// gemm_wgmma_BF16_V0.ptx, one module per operand type (BF16 1 or 0) and launch flags (V0). The
-// driver compiles a module when it is first used. A kernel takes the OpenCL kernel's parameters:
-// eight 64-bit device addresses (the bindings, MemoryBlock::address + the allocation's offset; the
-// element offsets stay in the words), the words as a struct of 32 ints, and a __local pointer it
-// does not read (0). Thread-safe.
+// gemm_wgmma_BF16_V0.ptx, one module per operand type (BF16 1 or 0) and launch flags (V0); and
+// the variants of portable kernels built as PTX too (NAME.tk_V0_V1_V2_V3.ptx: the f32 GEMM's
+// main ones, which NVIDIA's Vulkan compiler builds slower from SPIR-V) run those modules instead
+// of their pipelines. The driver compiles a module when it is first used. A kernel takes the OpenCL
+// kernel's parameters: eight 64-bit device addresses (the bindings, MemoryBlock::address + the
+// allocation's offset; the element offsets stay in the words), the words as a struct of 32 ints,
+// and a __local pointer it does not read (0). Thread-safe.
 class CuKernels {
  public:
   // Throws BackendError where the device lacks the extension's entry points.
@@ -240,10 +242,17 @@ class CuKernels {
   static bool built();
   // The GEMM's module name for a launch of coop_gemm: "gemm_wgmma_1_3.ptx".
   static std::string gemm_module(bool bf16, std::int32_t v0);
+  // A portable kernel's module name for variant |v|: "gemm.tk_128_128_4232_20.ptx".
+  static std::string portable_module(std::string_view kernel, std::span<const std::int32_t> v);
+  // Whether the plugin has the f32 GEMM's modules (gemm.tk_*.ptx).
+  static bool portable_built();
   // The entry point tk_main of the embedded module |name|, created on first use. Throws
   // BackendError naming the module and the driver's result where it is not embedded or the
   // driver refuses it (a GPU other than compute capability 9.0 refuses sm_90a code).
   VkCuFunctionNVX function(const std::string& name);
+  // function(name) where the module is embedded, else VK_NULL_HANDLE (remembered: a launch asks
+  // for each variant every time).
+  VkCuFunctionNVX function_if_built(const std::string& name);
   PFN_vkCmdCuLaunchKernelNVX launch = nullptr;
 
  private:
@@ -254,9 +263,10 @@ class CuKernels {
   std::map<std::string, VkCuFunctionNVX, std::less<>> functions_;
 };
 
-// TESSERA_VULKAN_PTX: unset or 1 lets the 16-bit GEMMs take the PTX kernels where they run
-// (CuKernels), 0 keeps them on cooperative matrix (for comparisons). Throws ConfigError for any
-// other value (the plugin checks it when it loads, on every machine).
+// TESSERA_VULKAN_PTX: unset or 1 lets the GEMMs take the PTX kernels where they run
+// (CuKernels), 0 keeps the 16-bit ones on cooperative matrix and the f32 ones on SPIR-V (for
+// comparisons). Throws ConfigError for any other value (the plugin checks it when it loads, on
+// every machine).
 bool ptx_allowed();
 
 using KernelTable = std::array<std::unique_ptr<Kernel>, kNumOps>;

@@ -25,10 +25,11 @@ typedef struct {
 } TkParams;
 
 #ifdef TK_SHM4
-#define TK_SHM_ARG __local float4 *tk_shm
+#define TK_SHM_T __local float4 *
 #else
-#define TK_SHM_ARG __local float *tk_shm
+#define TK_SHM_T __local float *
 #endif
+#define TK_SHM_ARG TK_SHM_T tk_shm
 // A binding the kernel declares read-only ("// tk-readonly:", TK_MODE_<k> RO) is const restrict:
 // the kernel never writes it, and its launch binds no tensor that another binding writes. One
 // declared write-only ("// tk-writeonly:", WO) is restrict: no other binding of the launch
@@ -98,6 +99,20 @@ typedef struct {
 #define UNROLL _Pragma("unroll")
 
 // The body of KERNEL runs for work-groups below NGROUPS only (the grid is rounded up).
+// TK_STATIC_SHM (the Vulkan plugin's PTX modules of a portable kernel, ../../vulkan/ptx/): the
+// scratch is a static array of that many 4-float groups in tk_main, as a CUDA module has no
+// __local argument to size; tk_main's own tk_shm argument stays in the signature, unread, and
+// the body is inlined, so that its loads see the bindings' restrict.
+#ifdef TK_STATIC_SHM
+#define KERNEL                                                                 \
+  static __attribute__((always_inline)) void tk_body(TK_ARGS);                 \
+  __kernel void tk_main(TK_ARGS) {                                             \
+    __local float4 tk_static_shm[TK_STATIC_SHM];                               \
+    if (GROUP >= NGROUPS) return;                                              \
+    tk_body(t0, t1, t2, t3, t4, t5, t6, t7, tk_p, (TK_SHM_T)tk_static_shm);   \
+  }                                                                            \
+  static __attribute__((always_inline)) void tk_body(TK_ARGS)
+#else
 #define KERNEL                                \
   void tk_body(TK_ARGS);                      \
   __kernel void tk_main(TK_ARGS) {            \
@@ -105,3 +120,4 @@ typedef struct {
     tk_body(TK_PASS);                         \
   }                                           \
   void tk_body(TK_ARGS)
+#endif
