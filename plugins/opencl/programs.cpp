@@ -13,15 +13,6 @@ namespace {
 
 constexpr std::string_view kMagic = "TESSERA-OPENCL-BINARY-1\n";
 
-std::uint64_t fnv1a(std::string_view s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (const char c : s) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 std::string build_log(cl_program program, cl_device_id device) {
   std::size_t size = 0;
   clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &size);
@@ -112,9 +103,9 @@ cl_program Programs::build(std::string_view file, const std::string& options, Re
   const std::string all_options =
       options + (sm_90a ? " -DTK_WGMMA_COMMENTED" : "") + " -cl-std=CL1.2" + verbose_;
   // Everything the binary depends on: the source, the options, the device and its driver.
-  const std::string key = fmt::format("{:016x}|{}|{}{}\n", fnv1a(source), all_options, cache_key_,
-                                      sm_90a ? "|sm_90a" : "");
-  const std::string entry = fmt::format("opencl-{:016x}.bin", fnv1a(key));
+  const std::string key = fmt::format("{:016x}|{}|{}{}\n", cache_hash(source), all_options,
+                                      cache_key_, sm_90a ? "|sm_90a" : "");
+  const std::string entry = fmt::format("opencl-{:016x}.bin", cache_hash(key));
 
   if (const auto cached = cache_read(entry)) {
     const std::string_view c = *cached;

@@ -27,13 +27,6 @@ struct CacheHeader {
 constexpr char kMagic[16] = {'t', 'e', 's', 's', 'e', 'r', 'a', '-',
                              'v', 'k', 'c', 'a', 'c', 'h', 'e', '2'};
 
-std::uint64_t fnv1a(const void* data, std::size_t size) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (std::size_t i = 0; i < size; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
 }  // namespace
 
 Pipelines::Pipelines(VulkanDevice& device) : dev_(device) {
@@ -70,7 +63,7 @@ Pipelines::Pipelines(VulkanDevice& device) : dev_(device) {
 Pipelines::~Pipelines() = default;  // never destroyed before exit (see ~VulkanDevice)
 
 std::string Pipelines::cache_name(const std::string& key) const {
-  return fmt::format("{}-{:016x}.bin", cache_prefix_, fnv1a(key.data(), key.size()));
+  return fmt::format("{}-{:016x}.bin", cache_prefix_, cache_hash(key));
 }
 
 std::string Pipelines::load_cache(const std::string& key, const std::string& name) const {
@@ -85,7 +78,8 @@ std::string Pipelines::load_cache(const std::string& key, const std::string& nam
   const std::size_t rest = ok ? cached->size() - sizeof h : 0;
   ok = ok && std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 && h.key_size == key.size() &&
        h.size <= rest && h.key_size == rest - h.size &&
-       h.checksum == fnv1a(cached->data() + sizeof h, rest) && h.size >= 16 + VK_UUID_SIZE &&
+       h.checksum == cache_hash(std::string_view(*cached).substr(sizeof h, rest)) &&
+       h.size >= 16 + VK_UUID_SIZE &&
        std::memcmp(cached->data() + sizeof h, key.data(), key.size()) == 0;
   const char* d = ok ? cached->data() + sizeof h + h.key_size : nullptr;
   if (ok) {
@@ -118,7 +112,7 @@ void Pipelines::save_cache(const std::string& key, const std::string& name,
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.key_size = key.size();
   h.size = size;
-  h.checksum = fnv1a(out.data() + sizeof h, key.size() + size);
+  h.checksum = cache_hash(std::string_view(out).substr(sizeof h, key.size() + size));
   std::memcpy(out.data(), &h, sizeof h);
   cache_write(name, out);
 }

@@ -83,4 +83,12 @@ std::string read_regular_file(const std::filesystem::path& path, std::uint64_t m
 std::optional<std::string> cache_read(std::string_view name);
 void cache_write(std::string_view name, std::string_view contents) noexcept;
 
+// The 64-bit FNV-1a hash of |bytes|, with which the plugins name their cache entries and check
+// their contents. Not cryptographic: an entry found under a name must still be validated.
+inline std::uint64_t cache_hash(std::string_view bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
+
 }  // namespace tessera
