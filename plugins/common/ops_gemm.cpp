@@ -287,6 +287,18 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
     const std::int64_t groups = g.count * ((m + big.tm - 1) / big.tm) * ((n + big.tn - 1) / big.tn);
     split = wave_split(k, groups, wave_slots(l.traits(), 2), 512, big.tk);
     if (split.parts > 1) t = big;
+  } else if (k >= 1024 && !tiles_from_environment() && !l.traits().is_cpu &&
+             l.traits().compute_units > 0) {
+    // A grid that leaves half the compute units idle even at the largest tiles (1024^3: 64 on
+    // 132): the largest tiles with K in parts of at least 512, one work-group a unit, instead of
+    // smaller tiles over the whole K.
+    const GemmTiles largest = with_buffers(gpu_tiles(l.traits())[0], l.traits());
+    const std::int64_t groups =
+        g.count * ((m + largest.tm - 1) / largest.tm) * ((n + largest.tn - 1) / largest.tn);
+    if (unfit(largest, l.traits()).empty() && 2 * groups <= l.traits().compute_units) {
+      split = split_k(k, std::min(l.traits().compute_units / groups, k / 512), largest.tk);
+      if (split.parts > 1) t = largest;
+    }
   }
   // f16 and bf16 inputs load 4 at a time as two 32-bit words where aligned (as f32's 4-float
   // loads); the sums stay f32 (a scratch for c) and are rounded into c afterwards (cast_into),
