@@ -1,5 +1,5 @@
 // The OpenCL C built-ins a portable kernel's PTX module needs beyond workitems.cl's (built after
-// it when clang compiles a portable kernel for this plugin: module.cmake with PORTABLE). The
+// it when clang compiles a portable kernel for this plugin: module.cmake's KIND portable). The
 // kernel's program includes common.tk, whose functions clang emits whether or not the kernel
 // calls them, so every built-in they call is defined here, exactly where PTX has the instruction:
 // get_local_size reads ntid; fabs is abs.f32; exp is ex2.approx of x log2(e) split into an integer
