@@ -25,6 +25,17 @@ struct GemmTiles {
 // where set (ConfigError if it is malformed or does not fit the device), else per problem.
 GemmTiles gemm_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, std::int64_t batch);
 
+// How gemm() runs an f32 (or 16-bit, off matrix units) product of an [m, n] output, depth k,
+// |count| matrices, on a device with |traits|: the kernel's tiles, and K in |parts| parts of |per|
+// (a multiple of the tiles' TK; parts 1, per k where K stays whole), whose sums are added
+// afterwards in a fixed order. Pure: the tests check the choices for a device's traits.
+struct GemmPlan {
+  GemmTiles tiles;
+  std::int64_t per = 0, parts = 1;
+};
+GemmPlan gemm_plan(const GpuTraits& traits, std::int64_t m, std::int64_t n, std::int64_t k,
+                   std::int64_t count);
+
 // Reads TESSERA_GEMM_TILES; throws ConfigError if it is set and malformed. The GPU plugins call it
 // when they load, so that a typo fails the plugin (and device selection) with the reason.
 void check_gemm_environment();

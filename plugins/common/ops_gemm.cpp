@@ -265,13 +265,9 @@ bool tf32_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
 
 }  // namespace
 
-void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
-          bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-          const BatchDims& g, MatmulPrecision precision) {
-  if (m == 0 || n == 0 || g.count == 0) return;
-  if (coop_gemm(l, a, b, c, bias, trans_a, trans_b, m, n, k, g)) return;
-  if (tf32_gemm(l, a, b, c, bias, trans_a, trans_b, m, n, k, g, precision)) return;
-  GemmTiles t = gemm_tiles(l.traits(), m, n, g.count);
+GemmPlan gemm_plan(const GpuTraits& traits, std::int64_t m, std::int64_t n, std::int64_t k,
+                   std::int64_t count) {
+  GemmTiles t = gemm_tiles(traits, m, n, count);
   // A small output with a long K (a weight gradient: K is the batch's tokens) leaves compute
   // units idle with any tiles: K is split in parts of at least 512, on GPUs with the largest
   // tiles, their sums added afterwards in a fixed order. As many parts as fill one wave of two
@@ -279,27 +275,37 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
   // take as long as the first): the GPT's weight gradients on the H100 went from 20-25 to 31-42
   // TFLOP/s against one work-group a compute unit (docs/performance.md).
   KParts split{k, 1};
+  const GemmTiles largest = with_buffers(gpu_tiles(traits)[0], traits);
+  const bool gpu_tiles_free = !tiles_from_environment() && !traits.is_cpu;
   if (k >= 2048) {
-    GemmTiles big = t;
-    const GemmTiles largest = with_buffers(gpu_tiles(l.traits())[0], l.traits());
-    if (!tiles_from_environment() && !l.traits().is_cpu && unfit(largest, l.traits()).empty())
-      big = largest;
-    const std::int64_t groups = g.count * ((m + big.tm - 1) / big.tm) * ((n + big.tn - 1) / big.tn);
-    split = wave_split(k, groups, wave_slots(l.traits(), 2), 512, big.tk);
+    const GemmTiles big = gpu_tiles_free && unfit(largest, traits).empty() ? largest : t;
+    const std::int64_t groups = count * ((m + big.tm - 1) / big.tm) * ((n + big.tn - 1) / big.tn);
+    split = wave_split(k, groups, wave_slots(traits, 2), 512, big.tk);
     if (split.parts > 1) t = big;
-  } else if (k >= 1024 && !tiles_from_environment() && !l.traits().is_cpu &&
-             l.traits().compute_units > 0) {
+  } else if (k >= 1024 && gpu_tiles_free && traits.compute_units > 0 &&
+             unfit(largest, traits).empty()) {
     // A grid that leaves half the compute units idle even at the largest tiles (1024^3: 64 on
     // 132): the largest tiles with K in parts of at least 512, one work-group a unit, instead of
-    // smaller tiles over the whole K.
-    const GemmTiles largest = with_buffers(gpu_tiles(l.traits())[0], l.traits());
+    // smaller tiles over the whole K (1024^3 on the H200 6-10% faster; docs/performance.md).
     const std::int64_t groups =
-        g.count * ((m + largest.tm - 1) / largest.tm) * ((n + largest.tn - 1) / largest.tn);
-    if (unfit(largest, l.traits()).empty() && 2 * groups <= l.traits().compute_units) {
-      split = split_k(k, std::min(l.traits().compute_units / groups, k / 512), largest.tk);
+        count * ((m + largest.tm - 1) / largest.tm) * ((n + largest.tn - 1) / largest.tn);
+    if (2 * groups <= traits.compute_units) {
+      split = split_k(k, std::min(traits.compute_units / groups, k / 512), largest.tk);
       if (split.parts > 1) t = largest;
     }
   }
+  return {t, split.per, split.parts};
+}
+
+void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
+          bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+          const BatchDims& g, MatmulPrecision precision) {
+  if (m == 0 || n == 0 || g.count == 0) return;
+  if (coop_gemm(l, a, b, c, bias, trans_a, trans_b, m, n, k, g)) return;
+  if (tf32_gemm(l, a, b, c, bias, trans_a, trans_b, m, n, k, g, precision)) return;
+  const GemmPlan plan = gemm_plan(l.traits(), m, n, k, g.count);
+  const GemmTiles t = plan.tiles;
+  const KParts split{plan.per, plan.parts};
   // f16 and bf16 inputs load 4 at a time as two 32-bit words where aligned (as f32's 4-float
   // loads); the sums stay f32 (a scratch for c) and are rounded into c afterwards (cast_into),
   // or are c itself with out_dtype f32 (whose bias is f32 too).
