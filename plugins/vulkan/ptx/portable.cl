@@ -2,14 +2,11 @@
 // it when clang compiles a portable kernel for this plugin: module.cmake's KIND portable). The
 // kernel's program includes common.tk, whose functions clang emits whether or not the kernel
 // calls them, so every built-in they call is defined here, exactly where PTX has the instruction:
-// get_local_size reads ntid; fabs is abs.f32; exp is ex2.approx of x log2(e) split into an integer
-// power of two and a remainder of at most a half (a few ulps, as CUDA's expf with fast math: no
-// module that calls it is built, the GEMM's never does).
+// get_local_size reads ntid (workitems.cl's TK_SREG); fabs is abs.f32; exp is ex2.approx of
+// x log2(e) split into an integer power of two and a remainder of at most a half (a few ulps, as
+// CUDA's expf with fast math: no module that calls it is built, the GEMM's never does).
 size_t __attribute__((overloadable)) get_local_size(uint d) {
-  return d == 0 ? __nvvm_read_ptx_sreg_ntid_x()
-       : d == 1 ? __nvvm_read_ptx_sreg_ntid_y()
-       : d == 2 ? __nvvm_read_ptx_sreg_ntid_z()
-                : 1;
+  return TK_SREG(d, ntid, 1);
 }
 float __attribute__((overloadable)) fabs(float x) {
   return __builtin_fabsf(x);

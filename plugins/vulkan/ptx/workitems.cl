@@ -5,23 +5,20 @@
 // work-item functions read PTX's special registers (dimensions past 2 give 0 for ids and 1 for
 // counts, as OpenCL C defines); barrier() is bar.sync 0, which also orders the work-group's shared
 // and global memory accesses, as OpenCL's barrier does; min() of two ints.
+// PTX's special register NAME (tid, ctaid, ...) along dimension |d|, |past| beyond the third.
+#define TK_SREG(d, name, past)                                   \
+  ((d) == 0   ? __nvvm_read_ptx_sreg_##name##_x()                \
+   : (d) == 1 ? __nvvm_read_ptx_sreg_##name##_y()                \
+   : (d) == 2 ? __nvvm_read_ptx_sreg_##name##_z()                \
+              : (past))
 size_t __attribute__((overloadable)) get_local_id(uint d) {
-  return d == 0 ? __nvvm_read_ptx_sreg_tid_x()
-       : d == 1 ? __nvvm_read_ptx_sreg_tid_y()
-       : d == 2 ? __nvvm_read_ptx_sreg_tid_z()
-                : 0;
+  return TK_SREG(d, tid, 0);
 }
 size_t __attribute__((overloadable)) get_group_id(uint d) {
-  return d == 0 ? __nvvm_read_ptx_sreg_ctaid_x()
-       : d == 1 ? __nvvm_read_ptx_sreg_ctaid_y()
-       : d == 2 ? __nvvm_read_ptx_sreg_ctaid_z()
-                : 0;
+  return TK_SREG(d, ctaid, 0);
 }
 size_t __attribute__((overloadable)) get_num_groups(uint d) {
-  return d == 0 ? __nvvm_read_ptx_sreg_nctaid_x()
-       : d == 1 ? __nvvm_read_ptx_sreg_nctaid_y()
-       : d == 2 ? __nvvm_read_ptx_sreg_nctaid_z()
-                : 1;
+  return TK_SREG(d, nctaid, 1);
 }
 int __attribute__((overloadable)) min(int a, int b) {
   return a < b ? a : b;
