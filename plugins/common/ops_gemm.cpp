@@ -277,18 +277,20 @@ GemmPlan gemm_plan(const GpuTraits& traits, std::int64_t m, std::int64_t n, std:
   KParts split{k, 1};
   const GemmTiles largest = with_buffers(gpu_tiles(traits)[0], traits);
   const bool gpu_tiles_free = !tiles_from_environment() && !traits.is_cpu;
+  // The work-groups of the product with tiles |s|.
+  const auto groups_of = [&](const GemmTiles& s) {
+    return count * ((m + s.tm - 1) / s.tm) * ((n + s.tn - 1) / s.tn);
+  };
   if (k >= 2048) {
     const GemmTiles big = gpu_tiles_free && unfit(largest, traits).empty() ? largest : t;
-    const std::int64_t groups = count * ((m + big.tm - 1) / big.tm) * ((n + big.tn - 1) / big.tn);
-    split = wave_split(k, groups, wave_slots(traits, 2), 512, big.tk);
+    split = wave_split(k, groups_of(big), wave_slots(traits, 2), 512, big.tk);
     if (split.parts > 1) t = big;
   } else if (k >= 1024 && gpu_tiles_free && traits.compute_units > 0 &&
              unfit(largest, traits).empty()) {
     // A grid that leaves half the compute units idle even at the largest tiles (1024^3: 64 on
     // 132): the largest tiles with K in parts of at least 512, one work-group a unit, instead of
     // smaller tiles over the whole K (1024^3 on the H200 6-10% faster; docs/performance.md).
-    const std::int64_t groups =
-        count * ((m + largest.tm - 1) / largest.tm) * ((n + largest.tn - 1) / largest.tn);
+    const std::int64_t groups = groups_of(largest);
     if (2 * groups <= traits.compute_units) {
       split = split_k(k, std::min(traits.compute_units / groups, k / 512), largest.tk);
       if (split.parts > 1) t = largest;

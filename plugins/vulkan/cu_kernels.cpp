@@ -1,4 +1,6 @@
 // PTX kernels through VK_NVX_binary_import (vulkan.h's CuKernels).
+#include <set>
+
 #include <fmt/format.h>
 
 #include "tessera/embedded.h"
@@ -34,10 +36,17 @@ std::string CuKernels::portable_module(std::string_view kernel, std::span<const 
   return name + ".ptx";
 }
 
-bool CuKernels::portable_built() {
-  for (const EmbeddedFile& f : embedded_files())
-    if (f.name.starts_with("gemm.tk_") && f.name.ends_with(".ptx")) return true;
-  return false;
+bool CuKernels::has_portable(std::string_view kernel) {
+  // The kernels named by the embedded NAME.tk_V0_V1_V2_V3.ptx, found once.
+  static const std::set<std::string, std::less<>> kernels = [] {
+    std::set<std::string, std::less<>> names;
+    for (const EmbeddedFile& f : embedded_files())
+      if (const auto at = f.name.find(".tk_");
+          at != std::string_view::npos && f.name.ends_with(".ptx"))
+        names.emplace(f.name.substr(0, at));
+    return names;
+  }();
+  return kernels.contains(kernel);
 }
 
 VkCuFunctionNVX CuKernels::function_if_built(const std::string& name) {

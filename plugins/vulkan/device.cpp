@@ -426,11 +426,11 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
       auto cu = std::make_unique<CuKernels>(*this);
       (void)cu->function(CuKernels::gemm_module(false, 0));
       cu_kernels_ = std::move(cu);
-      ptx_status = CuKernels::portable_built()
-                       ? "yes: f16 and bf16 GEMMs on warpgroup products (wgmma, sm_90a), not on "
-                         "cooperative matrix; the f32 GEMM's main variants as PTX, not SPIR-V"
-                       : "yes: f16 and bf16 GEMMs on warpgroup products (wgmma, sm_90a), not on "
-                         "cooperative matrix";
+      ptx_status =
+          "yes: f16 and bf16 GEMMs on warpgroup products (wgmma, sm_90a), not on cooperative "
+          "matrix";
+      if (CuKernels::has_portable("gemm"))
+        ptx_status += "; the f32 GEMM's main variants as PTX, not SPIR-V";
       // The GEMMs left cooperative matrix: its line names what stays there.
       if (coop_f16_)
         for (auto& [key, value] : info_.properties)
@@ -471,7 +471,7 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   // OpenCL plugin does (one work-group an SM at 186 registers, still 1.12-1.15x the SPIR-V's
   // speed with one: docs/performance.md).
   traits.gemm_one_buffer =
-      props_.vendorID == 0x10de && !(cu_kernels_ && CuKernels::portable_built());
+      props_.vendorID == 0x10de && !(cu_kernels_ && CuKernels::has_portable("gemm"));
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), memory type {}", id_, info_.name, info_.driver, type);

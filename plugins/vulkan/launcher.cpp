@@ -46,7 +46,7 @@ void VulkanLauncher::launch(const common::Launch& l) {
     return;
   }
   // A portable kernel's variant built as PTX too (CuKernels: the f32 GEMM's main ones).
-  if (CuKernels* cu = device_.cu_kernels()) {
+  if (CuKernels* cu = device_.cu_kernels(); cu && CuKernels::has_portable(l.kernel())) {
     if (const VkCuFunctionNVX f =
             cu->function_if_built(CuKernels::portable_module(l.kernel(), l.variant()))) {
       device_.vk_queue_object().launch_cu(l.label(), f, std::span(bindings.data(), b.size()),

@@ -244,14 +244,14 @@ class CuKernels {
   static std::string gemm_module(bool bf16, std::int32_t v0);
   // A portable kernel's module name for variant |v|: "gemm.tk_128_128_4232_20.ptx".
   static std::string portable_module(std::string_view kernel, std::span<const std::int32_t> v);
-  // Whether the plugin has the f32 GEMM's modules (gemm.tk_*.ptx).
-  static bool portable_built();
+  // Whether the plugin has modules of the portable kernel |kernel| ("gemm": gemm.tk_*.ptx).
+  static bool has_portable(std::string_view kernel);
   // The entry point tk_main of the embedded module |name|, created on first use. Throws
   // BackendError naming the module and the driver's result where it is not embedded or the
   // driver refuses it (a GPU other than compute capability 9.0 refuses sm_90a code).
   VkCuFunctionNVX function(const std::string& name);
-  // function(name) where the module is embedded, else VK_NULL_HANDLE (remembered: a launch asks
-  // for each variant every time).
+  // function(name) where the module is embedded, else VK_NULL_HANDLE (remembered: a launch of a
+  // kernel with modules asks for its variant every time).
   VkCuFunctionNVX function_if_built(const std::string& name);
   PFN_vkCmdCuLaunchKernelNVX launch = nullptr;
 
