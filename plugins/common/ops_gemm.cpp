@@ -296,6 +296,26 @@ GemmPlan gemm_plan(const GpuTraits& traits, std::int64_t m, std::int64_t n, std:
       if (split.parts > 1) t = largest;
     }
   }
+  if (split.parts == 1 && k >= 1024 && gpu_tiles_free && traits.vendor_id == 0x10de &&
+      traits.compute_units > 0 && unfit(largest, traits).empty()) {
+    // A ragged last wave (1536^3: 144 tiles on 132 units run as two waves, the second of 12):
+    // K in p parts (at most 4, each at least 512) where that cuts the waves a part's length
+    // takes by a fifth or more, counting one work-group a unit (as the largest tiles run through
+    // the Vulkan plugin's modules; the OpenCL build's two share the unit's issue slots). On the
+    // H200 1536^3 ran 29-31% faster, 1536 x 1536 x 4096 48-50% (docs/performance.md). NVIDIA
+    // GPUs only, where it was measured: other APIs count their compute units otherwise.
+    const std::int64_t groups = groups_of(largest), units = traits.compute_units;
+    const auto waves = [&](std::int64_t p) {
+      return static_cast<double>((groups * p + units - 1) / units) / static_cast<double>(p);
+    };
+    std::int64_t best = 1;
+    for (std::int64_t p = 2; p <= std::min<std::int64_t>(4, k / 512); ++p)
+      if (waves(p) < waves(best)) best = p;
+    if (groups > units && best > 1 && waves(best) <= 0.8 * waves(1)) {
+      split = split_k(k, best, largest.tk);
+      if (split.parts > 1) t = largest;
+    }
+  }
   return {t, split.per, split.parts};
 }
 

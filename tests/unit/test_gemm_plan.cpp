@@ -56,9 +56,23 @@ TEST(GemmPlan, ASmallGridSplitsKFrom1024OneWorkGroupAUnit) {
   expect_plan(gemm_plan(hopper(false), 128, 128, 1600, 1), 128, 128, 2, 3, 544);
   // Two matrices of 64 x 64: two tiles, 1100 in two parts.
   expect_plan(gemm_plan(hopper(false), 64, 64, 1100, 2), 128, 128, 2, 2, 560);
-  // A grid that fills more than half the units does not split below 2048: 1536 x 1536 x 1536
-  // (144 tiles).
-  expect_plan(gemm_plan(hopper(false), 1536, 1536, 1536, 1), 128, 128, 2, 1, 1536);
+}
+
+TEST(GemmPlan, ARaggedLastWaveSplitsK) {
+  // 1536^3: 144 tiles on 132 units, two waves for the work of 1.09; in three parts of 512, four
+  // waves of a third of K each (1.33).
+  expect_plan(gemm_plan(hopper(false), 1536, 1536, 1536, 1), 128, 128, 2, 3, 512);
+  // 1792^3: 196 tiles, two waves; two parts of 896, three waves of half of K.
+  expect_plan(gemm_plan(hopper(false), 1792, 1792, 1792, 1), 128, 128, 2, 2, 896);
+  // A K of 2048 or more whose grid already fills the wave of two work-groups a unit: four
+  // parts, at most.
+  expect_plan(gemm_plan(hopper(false), 1536, 1536, 4096, 1), 128, 128, 2, 4, 1024);
+  // Where the parts would not cut the waves by a fifth, K stays whole: 3072^3 (576 tiles: 5
+  // waves, 4.5 in two parts), the GPT's forward (384 tiles: exactly 3 waves).
+  expect_plan(gemm_plan(hopper(false), 3072, 3072, 3072, 1), 128, 128, 2, 1, 3072);
+  expect_plan(gemm_plan(hopper(false), 16384, 384, 1536, 1), 128, 128, 2, 1, 1536);
+  // K below 1024 stays whole: the GPT's 1536-wide MLP forward, 16384 x 1536 x 384.
+  expect_plan(gemm_plan(hopper(false), 16384, 1536, 384, 1), 128, 128, 2, 1, 384);
 }
 
 TEST(GemmPlan, ALongKFillsOneWaveOfTwoWorkGroupsAUnit) {
