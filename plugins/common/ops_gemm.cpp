@@ -302,7 +302,7 @@ GemmPlan gemm_plan(const GpuTraits& traits, std::int64_t m, std::int64_t n, std:
     // K in p parts (at most 4, each at least 512) where that cuts the waves a part's length
     // takes by a fifth or more, counting one work-group a unit (as the largest tiles run through
     // the Vulkan plugin's modules; the OpenCL build's two share the unit's issue slots). On the
-    // H200 1536^3 ran 29-31% faster, 1536 x 1536 x 4096 48-50% (docs/performance.md). NVIDIA
+    // H200 1536^3 ran 26-33% faster, 1536 x 1536 x 4096 47-52% (docs/performance.md). NVIDIA
     // GPUs only, where it was measured: other APIs count their compute units otherwise.
     const std::int64_t groups = groups_of(largest), units = traits.compute_units;
     const auto waves = [&](std::int64_t p) {

@@ -64,11 +64,11 @@ TEST(GemmPlan, ARaggedLastWaveSplitsK) {
   expect_plan(gemm_plan(hopper(false), 1536, 1536, 1536, 1), 128, 128, 2, 3, 512);
   // 1792^3: 196 tiles, two waves; two parts of 896, three waves of half of K.
   expect_plan(gemm_plan(hopper(false), 1792, 1792, 1792, 1), 128, 128, 2, 2, 896);
-  // A K of 2048 or more whose grid already fills the wave of two work-groups a unit: four
-  // parts, at most.
+  // A K of 2048 or more whose grid is more than half the wave of two work-groups a unit (which
+  // the long-K split leaves whole): four parts, at most.
   expect_plan(gemm_plan(hopper(false), 1536, 1536, 4096, 1), 128, 128, 2, 4, 1024);
   // Where the parts would not cut the waves by a fifth, K stays whole: 3072^3 (576 tiles: 5
-  // waves, 4.5 in two parts), the GPT's forward (384 tiles: exactly 3 waves).
+  // waves, 4.5 in two parts), the GPT's forward (384 tiles: 3 waves whole or in parts).
   expect_plan(gemm_plan(hopper(false), 3072, 3072, 3072, 1), 128, 128, 2, 1, 3072);
   expect_plan(gemm_plan(hopper(false), 16384, 384, 1536, 1), 128, 128, 2, 1, 1536);
   // K below 1024 stays whole: the GPT's 1536-wide MLP forward, 16384 x 1536 x 384.
