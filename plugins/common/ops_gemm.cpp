@@ -276,45 +276,45 @@ GemmPlan gemm_plan(const GpuTraits& traits, std::int64_t m, std::int64_t n, std:
   // TFLOP/s against one work-group a compute unit (docs/performance.md).
   KParts split{k, 1};
   const GemmTiles largest = with_buffers(gpu_tiles(traits)[0], traits);
-  const bool gpu_tiles_free = !tiles_from_environment() && !traits.is_cpu;
+  // Whether the split may take the largest tiles: a GPU (not a CPU driver) whose tiles are not
+  // forced by TESSERA_GEMM_TILES and that fits them.
+  const bool largest_free =
+      !tiles_from_environment() && !traits.is_cpu && unfit(largest, traits).empty();
+  const std::int64_t units = traits.compute_units;  // 0 where the API does not say
   // The work-groups of the product with tiles |s|.
   const auto groups_of = [&](const GemmTiles& s) {
     return count * ((m + s.tm - 1) / s.tm) * ((n + s.tn - 1) / s.tn);
   };
+  // K in |want| parts of the largest tiles (fewer where rounding covers K sooner).
+  const auto split_largest = [&](std::int64_t want) {
+    split = split_k(k, want, largest.tk);
+    if (split.parts > 1) t = largest;
+  };
   if (k >= 2048) {
-    const GemmTiles big = gpu_tiles_free && unfit(largest, traits).empty() ? largest : t;
+    const GemmTiles big = largest_free ? largest : t;
     split = wave_split(k, groups_of(big), wave_slots(traits, 2), 512, big.tk);
     if (split.parts > 1) t = big;
-  } else if (k >= 1024 && gpu_tiles_free && traits.compute_units > 0 &&
-             unfit(largest, traits).empty()) {
+  } else if (k >= 1024 && largest_free && units > 0 && 2 * groups_of(largest) <= units) {
     // A grid that leaves half the compute units idle even at the largest tiles (1024^3: 64 on
     // 132): the largest tiles with K in parts of at least 512, one work-group a unit, instead of
     // smaller tiles over the whole K (1024^3 on the H200 6-10% faster; docs/performance.md).
-    const std::int64_t groups = groups_of(largest);
-    if (2 * groups <= traits.compute_units) {
-      split = split_k(k, std::min(traits.compute_units / groups, k / 512), largest.tk);
-      if (split.parts > 1) t = largest;
-    }
+    split_largest(std::min(units / groups_of(largest), k / 512));
   }
-  if (split.parts == 1 && k >= 1024 && gpu_tiles_free && traits.vendor_id == 0x10de &&
-      traits.compute_units > 0 && unfit(largest, traits).empty()) {
+  if (split.parts == 1 && k >= 1024 && largest_free && traits.vendor_id == 0x10de && units > 0) {
     // A ragged last wave (1536^3: 144 tiles on 132 units run as two waves, the second of 12):
     // K in p parts (at most 4, each at least 512) where that cuts the waves a part's length
     // takes by a fifth or more, counting one work-group a unit (as the largest tiles run through
     // the Vulkan plugin's modules; the OpenCL build's two share the unit's issue slots). On the
     // H200 1536^3 ran 26-33% faster, 1536 x 1536 x 4096 47-52% (docs/performance.md). NVIDIA
     // GPUs only, where it was measured: other APIs count their compute units otherwise.
-    const std::int64_t groups = groups_of(largest), units = traits.compute_units;
+    const std::int64_t groups = groups_of(largest);
     const auto waves = [&](std::int64_t p) {
       return static_cast<double>((groups * p + units - 1) / units) / static_cast<double>(p);
     };
     std::int64_t best = 1;
     for (std::int64_t p = 2; p <= std::min<std::int64_t>(4, k / 512); ++p)
       if (waves(p) < waves(best)) best = p;
-    if (groups > units && best > 1 && waves(best) <= 0.8 * waves(1)) {
-      split = split_k(k, best, largest.tk);
-      if (split.parts > 1) t = largest;
-    }
+    if (groups > units && best > 1 && waves(best) <= 0.8 * waves(1)) split_largest(best);
   }
   return {t, split.per, split.parts};
 }
