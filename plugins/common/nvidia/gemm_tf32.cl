@@ -1,15 +1,14 @@
 // C = op(A) op(B) (+ bias on every row) for f32 A and B on NVIDIA's tensor cores, in OpenCL C with
 // inline PTX: the OpenCL plugin's own kernel for the launch "gemm_tf32" of
 // ../../common/ops_gemm.cpp (f32 products where float32_matmul_precision() is high or medium),
-// where the device took this program when it opened (../../opencl/device.cpp). With V1 = 3 (high) each operand
-// is split into its TF32 rounding and the TF32 rounding of what that leaves (x = big + small,
-// about 22 significant bits between them) and a b is summed as small*big + big*small + big*big
-// (the small*small term is below the sums' rounding); with V1 = 1 (medium), big*big alone. Each
-// product is mma.sync.m16n8k8 with TF32 operands and f32 sums.
-// Its contract is the portable GEMM's MODE 0 (../../common/kernels/gemm.tk): the same bindings and
-// parameter words, split K (P(21), a multiple of 16), 128 x 128 tiles of 256 invocations; V0:
-// 1 a stored [K, M], 2 b stored [N, K], 8 bias. Built after ptx.cl (the parameter words,
-// cp.async, ldmatrix, the tile's place).
+// where the device took this program when it opened (../../opencl/device.cpp). With V1 = 3 (high)
+// each operand is split into its TF32 rounding and the TF32 rounding of what that leaves (x = big +
+// small, about 22 significant bits between them) and a b is summed as small*big + big*small +
+// big*big (the small*small term is below the sums' rounding); with V1 = 1 (medium), big*big alone.
+// Each product is mma.sync.m16n8k8 with TF32 operands and f32 sums. Its contract is the portable
+// GEMM's MODE 0 (../../common/kernels/gemm.tk): the same bindings and parameter words, split K
+// (P(21), a multiple of 16), 128 x 128 tiles of 256 invocations; V0: 1 a stored [K, M], 2 b stored
+// [N, K], 8 bias. Built after ptx.cl (the parameter words, cp.async, ldmatrix, the tile's place).
 //
 // Each of the 8 subgroups multiplies a 64 x 32 block of the tile as 4 x 4 products of 16 x 8 x 8.
 // K slices of 16 floats reach shared memory by cp.async (16 bytes a copy, zeros past the edges),
