@@ -178,12 +178,15 @@ namespace {
 // Vulkan plugin's shaders/gemm_coopmat.comp (bf16 through the same kernel's SPIR-V rewritten for
 // VK_KHR_cooperative_matrix) and nvidia/gemm_mma.cl, the OpenCL plugin's (NVIDIA's tensor cores
 // through inline PTX) keep one contract: 128 x 128 tiles of 256 invocations, 16-byte loads and
-// stores. Where the device has them and the operands fit those loads: every row (and each
-// binding's offset, and every matrix stride) a multiple of 8 elements. c in the inputs' dtype, or
-// in f32 (out_dtype f32: the sums as they are), then with an f32 bias where addmm has one (its
-// offset a multiple of 4). A grid smaller than the work-groups that run at once with K >= 2048 (a
-// weight gradient) splits K as gemm() does (one wave), where M and N are whole tiles and there is
-// no bias: f32 parts, added up into c (rounded where c is 16-bit).
+// stores (the Vulkan plugin's PTX modules on Hopper: 128 x 256 tiles, GpuTraits::coop_tile_n).
+// Where the device has them and the operands fit those loads: every row (and each binding's
+// offset, and every matrix stride) a multiple of 8 elements. c in the inputs' dtype, or in f32
+// (out_dtype f32: the sums as they are), then with an f32 bias where addmm has one (its offset a
+// multiple of 4). A grid smaller than the work-groups that run at once with K >= 2048 (a weight
+// gradient) splits K as gemm() does (one wave), where M and N are whole 128 x 128 tiles (the
+// SPIR-V kernel stores whole tiles of its parts; the PTX kernels check their rows and columns)
+// and there is no bias: f32 parts of K a multiple of 64 (every kernel's K slice divides it),
+// added up into c (rounded where c is 16-bit).
 bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
                bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                const BatchDims& g) {
@@ -196,15 +199,16 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
       (!bias || bias->offset() % 4 == 0);
   for (int d = 0; d < g.rank; ++d) fits = fits && g.stride_a[d] % 8 == 0 && g.stride_b[d] % 8 == 0;
   if (!fits) return false;
-  // The kernel's output tile (its WARPS_M * FM * 16 x WARPS_N * FN * FW), K slice and
-  // invocations (32 * WARPS_M * WARPS_N).
-  constexpr std::int64_t kTileM = 128, kTileN = 128, kSlice = 32;
+  // The kernels' output tile (128 x coop_tile_n), a multiple of their K slices (32 or 64) and
+  // invocations.
+  constexpr std::int64_t kTileM = 128, kSlice = 64;
+  const std::int64_t tile_n = l.traits().coop_tile_n;
   constexpr int kThreads = 256;
-  const std::int64_t across = (n + kTileN - 1) / kTileN,
+  const std::int64_t across = (n + tile_n - 1) / tile_n,
                      tiles = across * ((m + kTileM - 1) / kTileM);
   // One wave of the work-groups that run at once (coop_groups_per_unit a compute unit).
   const KParts split =
-      !bias && m % kTileM == 0 && n % kTileN == 0
+      !bias && m % kTileM == 0 && n % kTileM == 0
           ? wave_split(k, g.count * tiles,
                        wave_slots(l.traits(), std::max(l.traits().coop_groups_per_unit, 1)), 1024,
                        kSlice)

@@ -61,8 +61,12 @@ struct GpuTraits {
   // How many of the matrix-unit GEMM's work-groups run at once on a compute unit (its registers
   // and shared memory allow): split K makes as many parts as fill one such wave. The Vulkan
   // kernel: 1 (229 registers); the OpenCL plugin's nvidia/gemm_mma.cl: 2 (124 registers, 40 KiB),
-  // and nvidia/gemm_wgmma.cl wherever it runs: 2.
+  // and nvidia/gemm_wgmma.cl's 128 x 128 tiles: 2; its 128 x 256 tiles (the Vulkan plugin's PTX
+  // modules): 1.
   std::int32_t coop_groups_per_unit = 1;
+  // The matrix-unit GEMM's tile width (its tiles are 128 x coop_tile_n): 128, or 256 where the
+  // Vulkan plugin's PTX modules were built with nvidia/gemm16.cl's BN 256 (the default).
+  std::int32_t coop_tile_n = 128;
   // f32 GEMMs on tensor cores where float32_matmul_precision() allows (MatmulAttrs::precision high:
   // each operand as two TF32 numbers, three products; medium: one), launched as "gemm_tf32"
   // (ops_gemm.cpp's tf32_gemm says its contract): the OpenCL plugin's nvidia/gemm_tf32.cl on

@@ -464,8 +464,15 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   traits.coop_attention_f16 = coop_f16_ && sub.subgroupSize == 32 && shuffle;
   traits.coop_attention_bf16 = coop_bf16 && sub.subgroupSize == 32 && shuffle &&
                                coop_bf16_spirv_.contains("attention_coopmat");
-  // The PTX GEMM: 32 KiB of shared memory and two work-groups an SM, as the OpenCL plugin's.
-  if (cu_kernels_) traits.coop_groups_per_unit = 2;
+  // The PTX GEMM: 128 x 256 tiles as built by default (TESSERA_PTX_GEMM_DEFINES), 128 sums an
+  // invocation and 192 KiB of shared memory, one work-group an SM; 128 x 128 tiles in 48 KiB take
+  // two, as the OpenCL plugin's.
+#ifdef TESSERA_PTX_GEMM_TILE_N
+  if (cu_kernels_) {
+    traits.coop_tile_n = TESSERA_PTX_GEMM_TILE_N;
+    traits.coop_groups_per_unit = TESSERA_PTX_GEMM_TILE_N == 128 ? 2 : 1;
+  }
+#endif
   // NVIDIA's Vulkan compiler gives the SPIR-V GEMM's largest tiles with two buffers too many
   // registers for two work-groups an SM, so they take one; the PTX modules take two, as the
   // OpenCL plugin does (one work-group an SM at 186 registers, still 1.12-1.15x the SPIR-V's

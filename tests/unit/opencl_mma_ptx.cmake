@@ -95,5 +95,13 @@ foreach(bf16 0 1)
     if(unmarked)
       message(FATAL_ERROR "gemm_wgmma_${v0}_${bf16}: an unmarked wgmma instruction")
     endif()
+    # The same kernel as the Vulkan plugin's modules build it by default (its CMakeLists.txt's
+    # TESSERA_PTX_GEMM_DEFINES): 128 x 256 tiles, K slices of 64 (four products each), four
+    # stages, one slice's products left in flight.
+    set(product "//@wgmma.mma_async.sync.aligned.m64n256k16.f32.${type} {%f")
+    check_ptx(gemm_wgmma_wide_${v0}_${bf16} ${SOURCE_WGMMA}
+              "V0=${v0};TK_BF16=${bf16};TK_WGMMA_COMMENTED;BN=256;BK=64;STAGES=4;WG_IN_FLIGHT=1;SMEM_LIMIT=196608"
+              "//@wgmma.wait_group.sync.aligned 1;//@wgmma.wait_group.sync.aligned 0;cp.async.wait_group 1;, p, 1, 1, ${major_a}, ${major_b};"
+              "${product}" 4)
   endforeach()
 endforeach()

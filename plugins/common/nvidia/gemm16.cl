@@ -3,13 +3,13 @@
 // launches "gemm_coopmat" (f16, TK_BF16 0) and "gemm_coopmat_bf16" (TK_BF16 1) of
 // ../../common/ops_gemm.cpp, which is the Vulkan plugin's matrix-unit GEMM's
 // (../../vulkan/shaders/gemm_coopmat.comp): 128 x 128 tiles of 256 invocations, split K in parts of
-// P(19) (a multiple of 32), f32 sums. Bindings: 0 a, 1 b, 2 c [batch, M, N], 3 bias [N] (V0 & 16;
+// P(19) (a multiple of 64), f32 sums. Bindings: 0 a, 1 b, 2 c [batch, M, N], 3 bias [N] (V0 & 16;
 // else a again, unread). Words (gemm.tk's MODE 0): P(0) M, P(1) N, P(2) K, P(3) tiles across N,
 // P(4) tiles per matrix, P(5) batch rank, P(6..9) batch extents, P(10..13) a's and P(14..17) b's
 // matrix strides, P(18) matrices, P(19) split K's part. V0: 1 a stored [K, M], 2 b stored [N, K], 4
-// split K (each part stores its f32 sums to c [parts, matrices, M, N]; whole tiles), 8 c in f32, 16
-// an f32 bias added to every row. The host guarantees: every operand's rows, C's rows and each
-// binding's offset are multiples of 8 elements (16-byte copies and 4-byte stores).
+// split K (each part stores its f32 sums to c [parts, matrices, M, N]; M and N multiples of 128), 8
+// c in f32, 16 an f32 bias added to every row. The host guarantees: every operand's rows, C's rows
+// and each binding's offset are multiples of 8 elements (16-byte copies and 4-byte stores).
 #ifndef V0
 #define V0 0
 #endif
@@ -22,12 +22,17 @@
 #define WIDE ((V0 & 8) != 0)
 #define BIAS ((V0 & 16) != 0)
 #define BM 128
+// The tile's width: 128, or 256 in gemm_wgmma.cl (each warpgroup's product then m64n256k16), a
+// build option of the Vulkan plugin's PTX modules, whose host side launches tiles as wide
+// (GpuTraits::coop_tile_n).
+#ifndef BN
 #define BN 128
+#endif
 #define THREADS 256
 
 // K slices in flight (STAGES, 2 to 4 as shared memory allows), a build option for tuning; 2 was
 // the fastest for both kernels through OpenCL (docs/bench/h100-opencl-mma.txt,
-// h200-opencl-wgmma.txt); the Vulkan plugin builds gemm_wgmma.cl with 3 (its own wait, see there).
+// h200-opencl-wgmma.txt); the Vulkan plugin builds gemm_wgmma.cl with 4 (its own wait, see there).
 // CP_WAIT() waits for the oldest slice's copies.
 #ifndef STAGES
 #define STAGES 2

@@ -1,9 +1,9 @@
 // C = op(A) op(B) for f16 or bf16 A and B on NVIDIA's tensor cores, in OpenCL C with inline PTX:
 // the OpenCL plugin's own kernel for the launches "gemm_coopmat" and "gemm_coopmat_bf16" of
-// ../../common/ops_gemm.cpp, where the device took this program when it opened (../../opencl/device.cpp). Built
-// after ptx.cl (the parameter words, cp.async, ldmatrix, the tile's place) and gemm16.cl (the
-// contract it shares with gemm_wgmma.cl: bindings, words, V0 flags, 128 x 128 tiles, 256
-// invocations, the operand type, the stores), with K slices of 32.
+// ../../common/ops_gemm.cpp, where the device took this program when it opened
+// (../../opencl/device.cpp). Built after ptx.cl (the parameter words, cp.async, ldmatrix, the
+// tile's place) and gemm16.cl (the contract it shares with gemm_wgmma.cl: bindings, words, V0
+// flags, 128 x 128 tiles, 256 invocations, the operand type, the stores), with K slices of 32.
 //
 // Each of the 8 subgroups multiplies a 64 x 32 block of the tile as 4 x 4 products
 // mma.sync.m16n8k16 (16-bit operands, f32 sums), its fragments loaded from shared memory by
@@ -25,6 +25,9 @@
 #define RM ((BM + 8) / 8)
 #define RN ((BN + 8) / 8)
 #define TILE (BM * RK > BK * RM ? BM * RK : BK * RM)  // chunks of one operand's tile (BM == BN)
+#if BN != BM
+#error "gemm_mma.cl's tiles are square (BN 128)"
+#endif
 #define STAGE_CHUNKS (2 * TILE)
 
 // d += a b for one 16 x 8 x 16 product (a: 4 registers of 2 elements, b: 2, d: 4 floats).

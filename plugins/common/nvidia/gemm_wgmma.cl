@@ -2,7 +2,7 @@
 // OpenCL C with inline PTX: the form of gemm_mma.cl's launches ("gemm_coopmat",
 // "gemm_coopmat_bf16") that the plugin takes on NVIDIA GPUs of compute capability 9.0, where this
 // program builds (../../opencl/device.cpp). Built after ptx.cl and gemm16.cl (the contract it
-// shares with gemm_mma.cl: bindings, words, V0 flags, 128 x 128 tiles of 256 invocations, split K,
+// shares with gemm_mma.cl: bindings, words, V0 flags, 128 x BN tiles of 256 invocations, split K,
 // the operand type, the stores). The Vulkan plugin runs this file too, on the same GPUs: compiled
 // by clang at build time for the CUDA kernel ABI and loaded through VK_NVX_binary_import
 // (../../vulkan/ptx/module.cmake, CuKernels), so a change here reaches both plugins, and the OpenCL
@@ -17,38 +17,50 @@
 // and the "+f" operands tie the sums to the instructions that read and write them.
 //
 // Each of the two warpgroups (4 subgroups, 128 invocations) multiplies 64 rows of the tile by its
-// 128 columns: wgmma.mma_async.m64n128k16, both operands read from shared memory through matrix
-// descriptors, the 64 x 128 f32 sums in 64 registers of each invocation. A K slice of BK elements
-// reaches shared memory by cp.async, one shared row of BK elements (RB bytes) for each row of the
-// operand in memory along M or N (a as it is, b stored [N, K]: K-major to wgmma), or BK rows a
-// block of BK columns where the operand's rows run along K; rows swizzled as the descriptors'
-// 64-byte (BK 32) or 32-byte (BK 16) mode reads them, so that each subgroup's 32 copies fill whole
-// 128-byte lines of shared memory and read 8 rows of 64 bytes or 2 of 256. (Without swizzling, in
-// the canonical layout of 128-byte core matrices, the same kernel ran at half the speed on an
-// H200.) STAGES slices in flight (2 in 47 KiB through OpenCL; 3 in the 48 KiB of the Vulkan
-// plugin's modules, where the copies running two slices ahead made 4096^3 40% faster on the H200);
-// one barrier a slice; each slice's products are waited for before the barrier that lets its stage
-// be refilled (WG_IN_FLIGHT below); fence.proxy.async between the copies and the tensor cores'
-// reads. Chunks of 8 elements past an edge are zeros. docs/bench/h200-opencl-wgmma.txt
-// has the probe that established the descriptors' fields and the variants measured.
+// BN columns: wgmma.mma_async.m64nBNk16, both operands read from shared memory through matrix
+// descriptors, the 64 x BN f32 sums in BN / 2 registers of each invocation. A K slice of BK
+// elements reaches shared memory by cp.async, one shared row of BK elements (RB bytes) for each
+// row of the operand in memory along M or N (a as it is, b stored [N, K]: K-major to wgmma), or BK
+// rows a block of BK columns where the operand's rows run along K; rows swizzled as the
+// descriptors' 128-byte (BK 64), 64-byte (BK 32) or 32-byte (BK 16) mode reads them, so that each
+// subgroup's 32 copies fill whole 128-byte lines of shared memory. (Without swizzling, in the
+// canonical layout of 128-byte core matrices, the same kernel ran at half the speed on an H200.)
+// STAGES slices in flight; one barrier a slice; each slice's products are waited for before the
+// barrier that lets its stage be refilled (WG_IN_FLIGHT below); fence.proxy.async between the
+// copies and the tensor cores' reads. Chunks of 8 elements past an edge are zeros.
+// docs/bench/h200-opencl-wgmma.txt has the probe that established the descriptors' fields.
 //
-// The K slices' length (BK, 16 or 32) as a build option for tuning: 32 was the fastest on the H200
-// (docs/bench/h200-opencl-wgmma.txt).
+// Two builds (the macros BN, BK, STAGES, WG_IN_FLIGHT, SMEM_LIMIT):
+// - NVIDIA's OpenCL, whose work-groups declare at most 47 KiB: 128 x 128 tiles, BK 32, two stages
+//   (gemm16.cl's default; docs/bench/h200-opencl-wgmma.txt).
+// - The Vulkan plugin's CUDA modules, whose static shared memory the driver's compiler takes past
+//   CUDA C's 48 KiB: 128 x 256 tiles (BN 256: 128 sums an invocation, about 210 registers, one
+//   work-group an SM), BK 64, four stages (192 KiB), the products of one slice left in flight
+//   (WG_IN_FLIGHT 1). Against the 128 x 128 tiles with BK 32 and three stages in 48 KiB, bf16
+//   4096^3 and 8192^3 ran 1.2x and 1.4x as fast on the H200: each slice of the operands feeds
+//   twice the products, a barrier four times as many (docs/performance.md).
+//
+// The K slices' length (BK, 16, 32 or 64).
 #ifndef BK
 #define BK 32
 #endif
-#define TILE_CHUNKS (BM * BK / 8)  // 16-byte chunks of one operand's slice (BM == BN)
-// Shared rows of BK elements (RB bytes), swizzled: chunk c of row r sits at chunk c ^ (bits 7.. of
-// the row's byte offset), the descriptors' 64- or 32-byte swizzle (LAYOUT 2 or 3) for rows of 64
-// or 32 bytes.
-#define RB (BK * 2)
-#define LAYOUT (BK == 32 ? 2 : 3)
-#if BK != 16 && BK != 32
-#error "BK must be 16 or 32"
+#define A_CHUNKS (BM * BK / 8)  // 16-byte chunks of A's slice, of B's
+#define B_CHUNKS (BN * BK / 8)
+#if BN != 128 && BN != 256
+#error "BN must be 128 or 256"
 #endif
-#define STAGE_CHUNKS (2 * TILE_CHUNKS)
-// The static shared memory a work-group may declare: 47 KiB through NVIDIA's OpenCL, CUDA's 48 KiB
-// where the Vulkan plugin loads the kernel as a CUDA module (ptx/module.cmake).
+// Shared rows of BK elements (RB bytes), swizzled: chunk c of row r sits at chunk c ^ (bits 7.. of
+// the row's byte offset), the descriptors' 128-, 64- or 32-byte swizzle (LAYOUT 1, 2 or 3) for
+// rows of 128, 64 or 32 bytes.
+#define RB (BK * 2)
+#define LAYOUT (BK == 64 ? 1 : BK == 32 ? 2 : 3)
+#if BK != 16 && BK != 32 && BK != 64
+#error "BK must be 16, 32 or 64"
+#endif
+#define STAGE_CHUNKS (A_CHUNKS + B_CHUNKS)
+// The static shared memory a work-group may declare: 47 KiB through NVIDIA's OpenCL; where the
+// Vulkan plugin loads the kernel as a CUDA module, what its build says (192 KiB: ../../vulkan/
+// CMakeLists.txt).
 #ifndef SMEM_LIMIT
 #define SMEM_LIMIT (47 * 1024)
 #endif
@@ -58,9 +70,10 @@
 // Groups of products left in flight across the next slice's barrier (WG_IN_FLIGHT, 0 or 1): with
 // 1, each warpgroup waits for the previous slice's products, not this one's, so the tensor cores
 // run while the warpgroups meet at the barrier and issue the next copies; a stage is then refilled
-// one slice later, so the copies run STAGES - 2 slices ahead (STAGES - 1 with 0). 1 with three
-// stages ran at the speed of two stages with 0 on the H200: the copies' latency, not the products'
-// drain, is what the slices wait for.
+// one slice later, so the copies run STAGES - 2 slices ahead (STAGES - 1 with 0). With 128 x 128
+// tiles of BK 32 on the H200, 1 with three stages ran at the speed of two stages with 0 (the
+// copies' latency, not the products' drain, is what those slices wait for); with 128 x 256 tiles
+// and four stages, 1 made bf16 4096^3 1.25x as fast as 0.
 #ifndef WG_IN_FLIGHT
 #define WG_IN_FLIGHT 0
 #endif
@@ -119,27 +132,53 @@ uint swizzled(int r, int c) {
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
 
-// d += a b for this warpgroup's 64 x 128 x 16 product (d: 64 sums an invocation).
+// The instruction's operands: the sums %0 .. %(BN / 2 - 1) (WG_SUMS, each invocation's BN / 2 of
+// the warpgroup's 64 x BN block), then the two descriptors (WG_DESCS) and the scale-d flag
+// (WG_FLAG).
+#if BN == 128
+#define WG_SUMS                                                      \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"          \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+#define WG_DESCS "%64, %65"
+#define WG_FLAG "%66"
+#define WG_SUM_REGS D8(0), D8(8), D8(16), D8(24), D8(32), D8(40), D8(48), D8(56)
+#else
+#define WG_SUMS                                                                  \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                      \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"             \
+  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"             \
+  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"             \
+  "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"             \
+  "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"             \
+  "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111," \
+  "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}"
+#define WG_DESCS "%128, %129"
+#define WG_FLAG "%130"
+#define WG_SUM_REGS                                                                             \
+  D8(0), D8(8), D8(16), D8(24), D8(32), D8(40), D8(48), D8(56), D8(64), D8(72), D8(80), D8(88), \
+      D8(96), D8(104), D8(112), D8(120)
+#endif
+#define WG_MMA "wgmma.mma_async.sync.aligned.m64n" STR(BN) "k16.f32." MMA_TYPES
+
+// d += a b for this warpgroup's 64 x BN x 16 product (d: BN / 2 sums an invocation).
 void wgmma(float* d, ulong da, ulong db) {
-  __asm__ __volatile__(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" WG
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." MMA_TYPES
-      " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,"
-      "%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,"
-      "%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, "
-      "1, " STR(MAJOR_A) ", " STR(MAJOR_B) ";\n}\n"
-      : D8(0), D8(8), D8(16), D8(24), D8(32), D8(40), D8(48), D8(56)
-      : "l"(da), "l"(db), "r"(1));
+  __asm__ __volatile__("{\n.reg .pred p;\nsetp.ne.b32 p, " WG_FLAG ", 0;\n" WG WG_MMA " " WG_SUMS
+                       ", " WG_DESCS ", p, 1, 1, " STR(MAJOR_A) ", " STR(MAJOR_B) ";\n}\n"
+                       : WG_SUM_REGS
+                       : "l"(da), "l"(db), "r"(1));
 }
 
-// Chunk q (16 bytes) of a slice of rows [r0, ...) and columns [c0, c0 + 128 or BK) of a
-// [rows][cols] matrix at chunk |base|, into |tile|. |k_rows| false: the rows run along M or N (a as
-// it is, b stored [N, K]: K-major to wgmma), one shared row each, of BK elements. |k_rows|: they
-// run along K (BK of them) with 128 elements each, which go to blocks of BK columns, BK shared rows
-// a block. Zeros past the edges.
+// Chunk q (16 bytes) of a slice of rows [r0, ...) and columns [c0, c0 + |width| or BK) of a
+// [rows][cols] matrix at chunk |base|, into |tile| (|width| the tile's rows or columns: BM for a,
+// BN for b). |k_rows| false: the rows run along M or N (a as it is, b stored [N, K]: K-major to
+// wgmma), one shared row each, of BK elements. |k_rows|: they run along K (BK of them) with
+// |width| elements each, which go to blocks of BK columns, BK shared rows a block. Zeros past the
+// edges.
 void fetch(__local uchar* tile, __global const uint4* base, int q, int r0, int c0, int rows,
-           int cols, bool k_rows) {
-  const int per = k_rows ? 16 : BK / 8;  // chunks of a global row in the slice
+           int cols, bool k_rows, int width) {
+  const int per = k_rows ? width / 8 : BK / 8;  // chunks of a global row in the slice
   const int row = q / per, chunk = q % per;
   const int r = r0 + row, col = c0 + chunk * 8;
   const int c = chunk % (BK / 8), shared_row = k_rows ? (chunk / (BK / 8)) * BK + row : row;
@@ -154,25 +193,27 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
   __local uint4 sm[STAGES * STAGE_CHUNKS] __attribute__((aligned(1024)));
   GEMM16_OPENING();
 
-  // Slice s into stage |st|: TILE_CHUNKS chunks of each operand, spread over the invocations; each
-  // subgroup's copies read 8 rows of 64 bytes or 2 of 256 and fill 512 bytes of shared memory
-  // (BK 32), four of its 128-byte lines.
-#define LOAD(s, st)                                                     \
-  {                                                                     \
-    __local uchar* ta = (__local uchar*)(sm + (st)*STAGE_CHUNKS);       \
-    __local uchar* tb = ta + TILE_CHUNKS * 16;                          \
-    const int k0 = (s)*BK;                                              \
-    _Pragma("unroll") for (int i = 0; i < TILE_CHUNKS / THREADS; ++i) { \
-      const int q = lid + i * THREADS;                                  \
-      if (TRANS_A)                                                      \
-        fetch(ta, a, q, k0, m0, K, M, true);                            \
-      else                                                              \
-        fetch(ta, a, q, m0, k0, M, K, false);                           \
-      if (TRANS_B)                                                      \
-        fetch(tb, b, q, n0, k0, N, K, false);                           \
-      else                                                              \
-        fetch(tb, b, q, k0, n0, K, N, true);                            \
-    }                                                                   \
+  // Slice s into stage |st|: A_CHUNKS chunks of A's and B_CHUNKS of B's, spread over the
+  // invocations; each subgroup's 32 copies fill 512 bytes of shared memory, four whole 128-byte
+  // lines.
+#define LOAD(s, st)                                                  \
+  {                                                                  \
+    __local uchar* ta = (__local uchar*)(sm + (st)*STAGE_CHUNKS);    \
+    __local uchar* tb = ta + A_CHUNKS * 16;                          \
+    const int k0 = (s)*BK;                                           \
+    _Pragma("unroll") for (int i = 0; i < B_CHUNKS / THREADS; ++i) { \
+      const int q = lid + i * THREADS;                               \
+      if (i < A_CHUNKS / THREADS) {                                  \
+        if (TRANS_A)                                                 \
+          fetch(ta, a, q, k0, m0, K, M, true, BM);                   \
+        else                                                         \
+          fetch(ta, a, q, m0, k0, M, K, false, BM);                  \
+      }                                                              \
+      if (TRANS_B)                                                   \
+        fetch(tb, b, q, n0, k0, N, K, false, BN);                    \
+      else                                                           \
+        fetch(tb, b, q, k0, n0, K, N, true, BN);                     \
+    }                                                                \
   }
 
   // The descriptors: K-major operands (rows along M or N), SBO the 8 rows of a swizzle atom (8 RB
@@ -186,9 +227,9 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
   const int wg = lid / 128;  // this warpgroup's rows: [64 wg, 64 wg + 64) of the tile
   // Its first row's byte offset in A's tile: 64 rows, or 64 / BK blocks of BK columns.
   const uint a_rows = TRANS_A ? (uint)(wg * 64 / BK) * BK * RB : (uint)(wg * 64) * RB;
-  float d[64];
+  float d[BN / 2];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) d[i] = 0.0f;
+  for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
 
   const int s0 = SPLIT ? part * (P(19) / BK) : 0;
   const int slices = SPLIT ? min((K + BK - 1) / BK, s0 + P(19) / BK) : (K + BK - 1) / BK;
@@ -207,7 +248,7 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
     if (next < slices) LOAD(next, (next - s0) % STAGES)
     CP_COMMIT();
     __local const uchar* ta = (__local const uchar*)(sm + ((s - s0) % STAGES) * STAGE_CHUNKS);
-    __local const uchar* tb = ta + TILE_CHUNKS * 16;
+    __local const uchar* tb = ta + A_CHUNKS * 16;
     __asm__ __volatile__(WG "wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
@@ -222,11 +263,11 @@ __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1))) void tk_main(
 #endif
 
   // Invocation l of subgroup w (of its warpgroup) holds sums (4j + 2h + e) at row 16w + l / 4 +
-  // 8h and column 8j + 2 (l % 4) + e of the warpgroup's 64 x 128 block.
+  // 8h and column 8j + 2 (l % 4) + e of the warpgroup's 64 x BN block.
   const int c_at = tk_p.w[2] + batch * M * N;
   const int lane = lid % 32, w = (lid / 32) % 4;
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int m = m0 + wg * 64 + 16 * w + lane / 4 + 8 * h;
