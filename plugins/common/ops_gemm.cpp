@@ -199,16 +199,16 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
       (!bias || bias->offset() % 4 == 0);
   for (int d = 0; d < g.rank; ++d) fits = fits && g.stride_a[d] % 8 == 0 && g.stride_b[d] % 8 == 0;
   if (!fits) return false;
-  // The kernels' output tile (128 x coop_tile_n), a multiple of their K slices (32 or 64) and
-  // invocations.
-  constexpr std::int64_t kTileM = 128, kSlice = 64;
+  // The kernels' output tile (128 x coop_tile_n), a multiple of their K slices (32 or 64), their
+  // invocations, and the whole tiles split K asks for (the SPIR-V kernel's).
+  constexpr std::int64_t kTileM = 128, kSlice = 64, kWholeTile = 128;
   const std::int64_t tile_n = l.traits().coop_tile_n;
   constexpr int kThreads = 256;
   const std::int64_t across = (n + tile_n - 1) / tile_n,
                      tiles = across * ((m + kTileM - 1) / kTileM);
   // One wave of the work-groups that run at once (coop_groups_per_unit a compute unit).
   const KParts split =
-      !bias && m % kTileM == 0 && n % kTileM == 0
+      !bias && m % kWholeTile == 0 && n % kWholeTile == 0
           ? wave_split(k, g.count * tiles,
                        wave_slots(l.traits(), std::max(l.traits().coop_groups_per_unit, 1)), 1024,
                        kSlice)
