@@ -36,9 +36,15 @@ struct GemmPlan {
 GemmPlan gemm_plan(const GpuTraits& traits, std::int64_t m, std::int64_t n, std::int64_t k,
                    std::int64_t count);
 
-// Reads TESSERA_GEMM_TILES; throws ConfigError if it is set and malformed. The GPU plugins call it
-// when they load, so that a typo fails the plugin (and device selection) with the reason.
+// Reads TESSERA_GEMM_TILES and TESSERA_GEMM_FFMA; throws ConfigError if one is set and malformed.
+// The GPU plugins call it when they load, so that a typo fails the plugin (and device selection)
+// with the reason.
 void check_gemm_environment();
+// TESSERA_GEMM_FFMA: unset or 1, the f32 GEMMs of a stored [K, M] and b [K, N] take
+// nvidia/gemm_ffma.cl where the device offers it (GpuTraits::ffma_gemm); 0, the portable kernel
+// (for comparisons). Throws ConfigError for any
+// other value; checked by check_gemm_environment.
+bool ffma_gemm_allowed();
 
 // Reads TESSERA_ATTENTION_SCRATCH_MIB (the memory the attention backward may take for its dS
 // tiles); throws ConfigError if it is set and malformed. Called with check_gemm_environment.

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "batch.h"
+#include "env_switch.h"
 #include "geometry.h"
 #include "ops.h"
 #include "tessera/errors.h"
@@ -143,6 +144,11 @@ Launch gemm_launch(Launcher& l, const GemmTiles& t, int flags) {
 
 void check_gemm_environment() {
   (void)tiles_from_environment();
+  (void)ffma_gemm_allowed();
+}
+
+bool ffma_gemm_allowed() {
+  return env_switch("TESSERA_GEMM_FFMA", "the f32 GEMMs keep the portable kernel gemm.tk");
 }
 
 GemmTiles gemm_tiles(const GpuTraits& traits, std::int64_t m, std::int64_t n, std::int64_t batch) {
@@ -267,6 +273,39 @@ bool tf32_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
   return true;
 }
 
+// f32 GEMMs with a stored [K, M] and b [K, N] (trans_a, not trans_b: a weight's gradient, x^T dy)
+// where the device has the kernel and the plan takes the largest tiles (128 x 128; not where
+// TESSERA_GEMM_TILES forces them: the portable kernel's tuning), launched as "gemm_ffma"
+// (nvidia/gemm_ffma.cl): gemm.tk's bindings, words (MODE 0) and the plan's split K (parts of a
+// multiple of 16), V0 1 | 8 (bias); 256 invocations; 16-byte copies: M, N, K, every matrix stride
+// and each binding's offset a multiple of 4 floats. On the H200 1.17-1.21x as fast as gemm.tk
+// through the Vulkan plugin, 1.01-1.05x through the OpenCL plugin; the other layouts keep gemm.tk,
+// as fast as the kernel's forms that transpose an operand on the way (docs/bench/h200-ffma.txt).
+bool ffma_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
+               bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+               const BatchDims& g, const GemmPlan& plan) {
+  if (!l.traits().ffma_gemm || tiles_from_environment() || !trans_a || trans_b || k == 0 ||
+      a.dtype() != DType::f32 || c.dtype() != DType::f32 || (bias && bias->dtype() != DType::f32) ||
+      plan.tiles.tm != 128 || plan.tiles.tn != 128 || (plan.parts > 1 && plan.per % 16 != 0))
+    return false;
+  bool fits = multiples_of_4({m, n, k, a.offset(), b.offset(), c.offset()}) &&
+              (!bias || bias->offset() % 4 == 0);
+  for (int d = 0; d < g.rank; ++d) fits = fits && g.stride_a[d] % 4 == 0 && g.stride_b[d] % 4 == 0;
+  if (!fits) return false;
+  constexpr std::int64_t kTile = 128;
+  const std::int64_t across = (n + kTile - 1) / kTile, tiles = across * ((m + kTile - 1) / kTile);
+  const std::int64_t count = g.count * m * n;
+  const Tensor partial =
+      plan.parts > 1 ? Tensor::empty({plan.parts, count}, DType::f32, &l.device()) : Tensor();
+  Launch launch(l, "gemm_ffma", {kFlagTransA | (bias ? kFlagBias : 0)});
+  // Binding 3 is unread without a bias.
+  launch.in(a).in(b).out(plan.parts > 1 ? partial : c).in(bias ? *bias : a);
+  gemm_words(launch, m, n, k, across, tiles, g);
+  launch.i(0).i(0).i(plan.per).group(256).groups(plan.parts * g.count * tiles);
+  if (plan.parts > 1) sum_lines(l, partial, c, 1, plan.parts, count, 1.0f);
+  return true;
+}
+
 }  // namespace
 
 GemmPlan gemm_plan(const GpuTraits& traits, std::int64_t m, std::int64_t n, std::int64_t k,
@@ -330,6 +369,7 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
   if (coop_gemm(l, a, b, c, bias, trans_a, trans_b, m, n, k, g)) return;
   if (tf32_gemm(l, a, b, c, bias, trans_a, trans_b, m, n, k, g, precision)) return;
   const GemmPlan plan = gemm_plan(l.traits(), m, n, k, g.count);
+  if (ffma_gemm(l, a, b, c, bias, trans_a, trans_b, m, n, k, g, plan)) return;
   const GemmTiles t = plan.tiles;
   const KParts split{plan.per, plan.parts};
   // f16 and bf16 inputs load 4 at a time as two 32-bit words where aligned (as f32's 4-float

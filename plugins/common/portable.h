@@ -72,6 +72,12 @@ struct GpuTraits {
   // (ops_gemm.cpp's tf32_gemm says its contract): the OpenCL plugin's nvidia/gemm_tf32.cl on
   // NVIDIA GPUs whose compiler takes its PTX.
   bool tf32_gemm = false;
+  // The f32 GEMM whose operands both run along M and N in memory (a stored [K, M], b [K, N]: a
+  // weight's gradient) on the 128 x 128 tiles through cp.async, launched as "gemm_ffma"
+  // (ops_gemm.cpp's ffma_gemm says its contract): nvidia/gemm_ffma.cl, the OpenCL plugin's on
+  // NVIDIA GPUs whose compiler takes its PTX, the Vulkan plugin's PTX modules; off with
+  // TESSERA_GEMM_FFMA=0.
+  bool ffma_gemm = false;
   // The GEMM's largest tiles (128 x 128) stage K through one shared buffer instead of two: the
   // device's compiler gives the two-buffer kernel registers enough that fewer work-groups share
   // a compute unit (NVIDIA's Vulkan compiler: 157 registers against 116, so one 256-invocation

@@ -4,6 +4,7 @@
 
 #include "../common/env_switch.h"
 #include "../common/limits.h"
+#include "../common/ops.h"
 #include "opencl.h"
 #include "tessera/log.h"
 
@@ -169,14 +170,16 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   traits.tiled_attention = !traits.is_cpu;
   // 16-bit GEMMs on tensor cores (../common/nvidia/gemm_mma.cl) where NVIDIA's compiler builds its inline
   // PTX; elsewhere (and where it fails) they compute in f32 (gemm.tk). One build decides for both
-  // operand types and for the f32 GEMM on TF32 products (../common/nvidia/gemm_tf32.cl, for
-  // float32_matmul_precision high and medium): the bf16 forms of mma.sync and cvt, and TF32's, need
-  // the same compute capability (8.0) as cp.async and the f16 ones; the other variants and the TF32
-  // kernel are built when first launched.
+  // operand types, for the f32 GEMM on TF32 products (../common/nvidia/gemm_tf32.cl, for
+  // float32_matmul_precision high and medium) and for the f32 GEMM through cp.async
+  // (../common/nvidia/gemm_ffma.cl): the bf16 forms of mma.sync and cvt, and TF32's, need the same
+  // compute capability (8.0) as cp.async and the f16 ones; the other variants and the f32 kernels
+  // are built when first launched.
   if (traits.vendor_id == 0x10de && !traits.is_cpu) {
     try {
       (void)programs_->kernel(kMmaGemm, "tk_main", mma_gemm_options(0, false));
       traits.coop_f16 = traits.coop_bf16 = traits.tf32_gemm = true;
+      traits.ffma_gemm = common::ffma_gemm_allowed();
       traits.coop_groups_per_unit = 2;
       // Above the Vulkan plugin's 20, so that `auto` takes this plugin on such a GPU: on the H100
       // it trains every built-in model sooner than vulkan:0 (10 epochs: CNN 7.4 against 10.7 s,

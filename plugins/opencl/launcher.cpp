@@ -2,8 +2,9 @@
 // program prelude.cl + common.tk + NAME.tk built with -DV0..-DV3, entry point tk_main, taking
 // eight buffers, the parameter words as one struct and the shared scratch as a __local argument.
 // The matrix-unit GEMM launches ("gemm_coopmat", "gemm_coopmat_bf16", made only where the traits
-// say so) run this plugin's ../common/nvidia/gemm_mma.cl (../common/nvidia/gemm_wgmma.cl on Hopper), and "gemm_tf32"
-// its ../common/nvidia/gemm_tf32.cl; all take the same arguments.
+// say so) run this plugin's ../common/nvidia/gemm_mma.cl (../common/nvidia/gemm_wgmma.cl on
+// Hopper), "gemm_tf32" its ../common/nvidia/gemm_tf32.cl and "gemm_ffma" its
+// ../common/nvidia/gemm_ffma.cl; all take the same arguments.
 #include <algorithm>
 #include <cstring>
 
@@ -21,6 +22,12 @@ std::string tf32_gemm_options(std::int32_t v0, std::int32_t v1) {
   // At most 128 registers, so that two work-groups share an SM (the kernel declares no
   // reqd_work_group_size: NVIDIA's compiler ignores the cap on kernels that do).
   return fmt::format("-DV0={} -DV1={} -cl-nv-maxrregcount=128", v0, v1);
+}
+
+std::string ffma_gemm_options(std::int32_t v0) {
+  // NVIDIA's OpenCL gives a work-group 47 KiB of shared memory: K slices of 8, four in flight
+  // (32 KiB); at most 128 registers, so that two work-groups share an SM.
+  return fmt::format("-DV0={} -DBK=8 -DSTAGES=4 -cl-nv-maxrregcount=128", v0);
 }
 
 OpenclLauncher::OpenclLauncher(Device& device, Context& ctx, common::GpuTraits traits, bool wgmma)
@@ -47,6 +54,8 @@ void OpenclLauncher::launch(const common::Launch& l) {
                                  wgmma_ ? Programs::Retarget::sm_90a : Programs::Retarget::none)
       : l.kernel() == "gemm_tf32"
           ? ctx_.programs.kernel(kTf32Gemm, "tk_main", tf32_gemm_options(v[0], v[1]))
+      : l.kernel() == "gemm_ffma"
+          ? ctx_.programs.kernel(kFfmaGemm, "tk_main", ffma_gemm_options(v[0]))
           : ctx_.programs.kernel(fmt::format("{}.tk", l.kernel()), "tk_main", options);
   const auto bindings = l.bindings();
   for (cl_uint b = 0; b < common::kMaxBindings; ++b) {

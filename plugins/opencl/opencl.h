@@ -197,6 +197,14 @@ bool wgmma_allowed();
 inline constexpr std::string_view kTf32Gemm = "gemm_tf32.cl";
 std::string tf32_gemm_options(std::int32_t v0, std::int32_t v1);
 
+// The plugin's f32 GEMM through cp.async for a stored [K, M] and b [K, N]
+// (../common/nvidia/gemm_ffma.cl), and its build options for the launch's V0 (1, or 9 with a
+// bias). Offered (GpuTraits::ffma_gemm)
+// where the 16-bit GEMM builds when the device opens (the same compute capability, 8.0, for
+// cp.async) and TESSERA_GEMM_FFMA allows; built when first launched.
+inline constexpr std::string_view kFfmaGemm = "gemm_ffma.cl";
+std::string ffma_gemm_options(std::int32_t v0);
+
 // What every OpenCL kernel launch needs.
 struct Context {
   Programs& programs;

@@ -30,6 +30,14 @@ std::string CuKernels::gemm_module(bool bf16, std::int32_t v0) {
   return fmt::format("gemm_wgmma_{}_{}.ptx", bf16 ? 1 : 0, v0);
 }
 
+std::string CuKernels::ffma_module(std::int32_t v0) {
+  return fmt::format("gemm_ffma_{}.ptx", v0);
+}
+
+bool CuKernels::has_ffma() {
+  return !embedded_file(ffma_module(1)).empty();
+}
+
 std::string CuKernels::portable_module(std::string_view kernel, std::span<const std::int32_t> v) {
   std::string name = fmt::format("{}.tk", kernel);
   for (const std::int32_t x : v) name += fmt::format("_{}", x);

@@ -5,6 +5,7 @@
 
 #include "../common/env_switch.h"
 #include "../common/limits.h"
+#include "../common/ops.h"
 #include "queue_family.h"
 #include "spirv_bf16.h"
 #include "tessera/embedded.h"
@@ -431,6 +432,8 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
           "matrix";
       if (CuKernels::has_portable("gemm"))
         ptx_status += "; the f32 GEMM's main variants as PTX, not SPIR-V";
+      if (CuKernels::has_ffma())
+        ptx_status += "; the f32 GEMM of a weight's gradient (x^T dy) through cp.async";
       // The GEMMs left cooperative matrix: its line names what stays there.
       if (coop_f16_)
         for (auto& [key, value] : info_.properties)
@@ -479,6 +482,10 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   // speed with one: docs/performance.md).
   traits.gemm_one_buffer =
       props_.vendorID == 0x10de && !(cu_kernels_ && CuKernels::has_portable("gemm"));
+  // The f32 GEMM of a stored [K, M] and b [K, N] through cp.async (ops_gemm.cpp's ffma_gemm), where
+  // the sm_90a module loaded (the device takes the modules' sm_80 code too) and TESSERA_GEMM_FFMA
+  // allows.
+  traits.ffma_gemm = cu_kernels_ && CuKernels::has_ffma() && common::ffma_gemm_allowed();
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);
   log().debug("{}: {} ({}), memory type {}", id_, info_.name, info_.driver, type);

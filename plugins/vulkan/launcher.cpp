@@ -45,6 +45,14 @@ void VulkanLauncher::launch(const common::Launch& l) {
                                         static_cast<std::uint32_t>(l.group_size()));
     return;
   }
+  // The f32 GEMM through cp.async (offered only where the device has its modules).
+  if (CuKernels* cu = device_.cu_kernels(); cu && l.kernel() == "gemm_ffma") {
+    device_.vk_queue_object().launch_cu(
+        l.label(), cu->function(CuKernels::ffma_module(l.variant()[0])),
+        std::span(bindings.data(), b.size()), l.words(), {grid[0], grid[1], 1},
+        static_cast<std::uint32_t>(l.group_size()));
+    return;
+  }
   // A portable kernel's variant built as PTX too (CuKernels: the f32 GEMM's main ones).
   if (CuKernels* cu = device_.cu_kernels(); cu && CuKernels::has_portable(l.kernel())) {
     if (const VkCuFunctionNVX f =

@@ -230,10 +230,12 @@ class Pipelines {
 // gemm_wgmma_BF16_V0.ptx, one module per operand type (BF16 1 or 0) and launch flags (V0); and
 // the variants of portable kernels built as PTX too (NAME.tk_V0_V1_V2_V3.ptx: the f32 GEMM's
 // main ones, which NVIDIA's Vulkan compiler builds slower from SPIR-V) run those modules instead
-// of their pipelines. The driver compiles a module when it is first used. A kernel takes the OpenCL
-// kernel's parameters: eight 64-bit device addresses (the bindings, MemoryBlock::address + the
-// allocation's offset; the element offsets stay in the words), the words as a struct of 32 ints,
-// and a __local pointer it does not read (0). Thread-safe.
+// of their pipelines; and the f32 GEMM of a weight's gradient through cp.async ("gemm_ffma":
+// ../common/nvidia/gemm_ffma.cl, gemm_ffma_V0.ptx), which has no SPIR-V form. The driver compiles
+// a module when it is first used. A kernel takes the OpenCL kernel's parameters: eight 64-bit
+// device addresses (the bindings, MemoryBlock::address + the allocation's offset; the element
+// offsets stay in the words), the words as a struct of 32 ints, and a __local pointer it does not
+// read (0). Thread-safe.
 class CuKernels {
  public:
   // Throws BackendError where the device lacks the extension's entry points.
@@ -242,6 +244,10 @@ class CuKernels {
   static bool built();
   // The GEMM's module name for a launch of coop_gemm: "gemm_wgmma_1_3.ptx".
   static std::string gemm_module(bool bf16, std::int32_t v0);
+  // The module name of the f32 GEMM through cp.async ("gemm_ffma", ops_gemm.cpp's ffma_gemm) for
+  // flags |v0|: "gemm_ffma_9.ptx"; and whether the plugin has its modules.
+  static std::string ffma_module(std::int32_t v0);
+  static bool has_ffma();
   // A portable kernel's module name for variant |v|: "gemm.tk_128_128_4232_20.ptx".
   static std::string portable_module(std::string_view kernel, std::span<const std::int32_t> v);
   // Whether the plugin has modules of the portable kernel |kernel| ("gemm": gemm.tk_*.ptx).

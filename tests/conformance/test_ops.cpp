@@ -143,6 +143,26 @@ std::vector<Case> tessera::conformance::op_cases() {
                        expect_close(matmul(ta_, tb_, ta, tb).to_vector<float>(),
                                     ref_matmul(a, b, m, n, k, ta, tb));
                      }});
+  // A batch of products that each span several of the GPU plugins' largest tiles (128 x 128), with
+  // ragged edges and a K of a few slices: enough work-groups that the plan takes those tiles
+  // without splitting K (on NVIDIA GPUs, TN runs nvidia/gemm_ffma.cl's kernel).
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      c.push_back({fmt::format("matmul_batched_tiles_{}{}", ta ? "T" : "N", tb ? "T" : "N"),
+                   OpId::matmul, [=](Device& d) {
+                     constexpr std::int64_t batch = 9, m = 260, n = 516, k = 36;
+                     const Vec a = randn(batch * m * k), b = randn(batch * k * n);
+                     const Tensor ta_ = on(d, a, ta ? Shape{batch, k, m} : Shape{batch, m, k});
+                     const Tensor tb_ = on(d, b, tb ? Shape{batch, n, k} : Shape{batch, k, n});
+                     Ref r;
+                     for (std::int64_t i = 0; i < batch; ++i) {
+                       const Vec ai(a.begin() + i * m * k, a.begin() + (i + 1) * m * k);
+                       const Vec bi(b.begin() + i * k * n, b.begin() + (i + 1) * k * n);
+                       const Ref ri = ref_matmul(ai, bi, m, n, k, ta, tb);
+                       r.insert(r.end(), ri.begin(), ri.end());
+                     }
+                     expect_close(matmul(ta_, tb_, ta, tb).to_vector<float>(), r);
+                   }});
   // addmm, as a Linear layer calls it (b transposed) and plain, at a size the CPU plugin splits.
   for (const Size sz : {Size{"addmm_", 37, 53, 29}, Size{"addmm_aligned_", 68, 132, 36},
                         Size{"addmm_long_k_", 37, 21, 4099}, Size{"addmm_mid_k_", 40, 36, 1100}})

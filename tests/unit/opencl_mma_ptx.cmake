@@ -1,12 +1,13 @@
-# The OpenCL plugin's tensor-core GEMMs (plugins/common/nvidia/gemm_mma.cl, gemm_wgmma.cl,
-# gemm_tf32.cl) compiled to PTX by clang for an NVIDIA target, as NVIDIA's OpenCL compiler would
-# take them: CI has no NVIDIA GPU, so this is where a change to a kernel's text meets a compiler
-# before the H100 runs it. Each is built after ptx.cl, the 16-bit ones also after gemm16.cl, as the
-# plugin builds them. For each variant the build must succeed and the PTX
-# must hold the instructions the kernel is for and no local memory (the fragment arrays stay in
+# The OpenCL plugin's own NVIDIA GEMMs (plugins/common/nvidia/gemm_mma.cl, gemm_wgmma.cl,
+# gemm_tf32.cl, gemm_ffma.cl) compiled to PTX by clang for an NVIDIA target, as NVIDIA's OpenCL
+# compiler would take them: CI has no NVIDIA GPU, so this is where a change to a kernel's text meets
+# a compiler before the H100 runs it. Each is built after ptx.cl, the 16-bit ones also after
+# gemm16.cl, as the plugin builds them. For each variant the build must succeed and the PTX must
+# hold the instructions the kernel is for and no local memory (the fragment arrays stay in
 # registers).
 # cmake -DCLANG=... -DPRELUDE=.../ptx.cl -DPRELUDE16=.../gemm16.cl -DSOURCE=.../gemm_mma.cl
 #       -DSOURCE_TF32=.../gemm_tf32.cl -DSOURCE_WGMMA=.../gemm_wgmma.cl
+#       -DSOURCE_FFMA=.../gemm_ffma.cl
 #       -DOUT=<dir> -P opencl_mma_ptx.cmake
 
 # Compiles |source| after ptx.cl (and gemm16.cl, for the 16-bit GEMMs) with the definitions
@@ -16,7 +17,7 @@ function(check_ptx name source defines wants product products)
   set(ptx ${OUT}/${name}.ptx)
   list(TRANSFORM defines PREPEND "-D")
   set(includes -include ${PRELUDE})
-  if(NOT source STREQUAL SOURCE_TF32)
+  if(NOT source STREQUAL SOURCE_TF32 AND NOT source STREQUAL SOURCE_FFMA)
     list(APPEND includes -include ${PRELUDE16})
   endif()
   execute_process(
@@ -62,6 +63,16 @@ foreach(v1 1 3)
     check_ptx(gemm_tf32_${v0}_${v1} ${SOURCE_TF32} "V0=${v0};V1=${v1}" "${wants}" "${product}"
               ${products})
   endforeach()
+endforeach()
+
+# The f32 GEMM through cp.async, as the OpenCL plugin builds it (ffma_gemm_options: K slices of 8,
+# four in flight), with and without a bias: 64 fused multiply-adds a row of the slice (8 x 8 sums;
+# the loop over the slice's 8 rows unrolled: 512 at least), 16-byte cp.async, the wait for all but
+# the newest two slices' copies.
+foreach(v0 1 9)
+  check_ptx(gemm_ffma_${v0} ${SOURCE_FFMA} "V0=${v0};BK=8;STAGES=4"
+            "cp.async.cg.shared.global;cp.async.wait_group 2;cp.async.commit_group" "fma.rn.f32"
+            512)
 endforeach()
 
 # The 16-bit GEMMs, each operand type and a set of the launch flags (ops_gemm.cpp's coop_gemm V0:

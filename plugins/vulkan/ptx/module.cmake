@@ -12,9 +12,13 @@
 #   portable.cl, NAME.tk.defs, prelude.cl and common.tk: the program the OpenCL plugin builds) with
 #   its variant V0..V3 and TK_STATIC_SHM in DEFINES, 32-bit shared-memory addresses; sm_80 PTX as
 #   clang writes it (the driver compiles it for the GPU).
+# - KIND ffma: the f32 GEMM through cp.async both GPU plugins share (SOURCE
+#   ../../common/nvidia/gemm_ffma.cl after workitems.cl and ptx.cl) with its launch flags V0, 32-bit
+#   shared-memory addresses, sm_80 PTX as clang writes it, and MAXNREG (registers an invocation).
 # Comments and indentation go (the module is embedded). Fails the build where clang fails or the
 # result lacks what the kernel is for.
-# cmake -DCLANG=... [-DKIND=wgmma -DV0=n -DBF16=0|1 | -DKIND=portable] -DPRELUDES="a|b|c"
+# cmake -DCLANG=... [-DKIND=wgmma -DV0=n -DBF16=0|1 | -DKIND=ffma -DV0=n [-DMAXNREG=n] |
+#       -DKIND=portable] -DPRELUDES="a|b|c"
 #       [-DDEFINES="A=1|B=2"] -DSOURCE=... -DOUT=... -P module.cmake
 if(NOT KIND)
   set(KIND wgmma)
@@ -31,6 +35,9 @@ foreach(d IN LISTS DEFINES)
 endforeach()
 if(KIND STREQUAL "wgmma")
   list(APPEND includes -DV0=${V0} -DTK_BF16=${BF16} -DTK_WGMMA_COMMENTED)
+elseif(KIND STREQUAL "ffma")
+  # 32-bit shared-memory addresses, as for the portable kernels (below).
+  list(APPEND includes -DV0=${V0} -Xclang -fcuda-short-ptr -mllvm -nvptx-short-ptr)
 elseif(KIND STREQUAL "portable")
   # 32-bit shared-memory addresses, as NVIDIA's compilers use: the 128 x 128 GEMM took 186
   # registers instead of 254 and 64 x 128 134 instead of 186 (1024^3 1.12x faster on the H200).
@@ -38,7 +45,7 @@ elseif(KIND STREQUAL "portable")
   # them (docs/bench/h200-vulkan-ptx-f32.txt).
   list(APPEND includes -Xclang -fcuda-short-ptr -mllvm -nvptx-short-ptr)
 else()
-  message(FATAL_ERROR "module.cmake: KIND ${KIND} is neither wgmma nor portable")
+  message(FATAL_ERROR "module.cmake: KIND ${KIND} is not wgmma, ffma or portable")
 endif()
 execute_process(
   COMMAND ${CLANG} -x cl -cl-std=CL1.2 -target nvptx64-nvidia-cuda -Xclang -finclude-default-header
@@ -64,6 +71,9 @@ string(REGEX REPLACE "\n\n+" "\n" text "${text}")
 if(KIND STREQUAL "wgmma")
   set(wants ".version 8.0" ".target sm_90a" ".entry tk_main" "wgmma.mma_async.sync.aligned"
       "wgmma.wait_group.sync.aligned" "fence.proxy.async" "cp.async")
+elseif(KIND STREQUAL "ffma")
+  set(wants ".target sm_80" ".entry tk_main" "cp.async.cg.shared.global" "cp.async.wait_group"
+      "fma.rn.f32")
 else()
   # The static scratch (TK_STATIC_SHM) in place of the __local argument.
   set(wants ".target sm_80" ".entry tk_main" "tk_static_shm")
@@ -94,6 +104,11 @@ string(FIND "${text}" "${params}" at)
 if(at EQUAL -1)
   message(FATAL_ERROR "${OUT}: tk_main's parameters are not the eight addresses, the 128-byte "
                       "words and the __local pointer that CuKernels passes")
+endif()
+# MAXNREG: the registers an invocation may take (.maxnreg), so that as many work-groups share an
+# SM as the kernel is tuned for (what OpenCL's -cl-nv-maxrregcount does for NVIDIA's compiler).
+if(MAXNREG)
+  string(REPLACE "${params}" "${params}\n.maxnreg ${MAXNREG}" text "${text}")
 endif()
 file(WRITE ${OUT}.tmp "${text}")
 file(RENAME ${OUT}.tmp ${OUT})
