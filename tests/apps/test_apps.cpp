@@ -278,6 +278,14 @@ TEST(TesseraDevices, AMalformedGemmTilesVariableFailsTheGpuPlugins) {
   EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
 }
 
+TEST(TesseraDevices, AMalformedGemmFfmaSwitchFailsTheGpuPlugins) {
+  expect_gpu_plugins_refuse("TESSERA_GEMM_FFMA", {"2", "yes", "01", "on"}, "is not 0 or 1");
+  for (const char* value : {"0", "1", ""}) {
+    const Result ok = run(std::string("TESSERA_GEMM_FFMA=") + value, DEVICES_BIN);
+    EXPECT_EQ(ok.code, 0) << value << "\n" << ok.out << ok.err;
+  }
+}
+
 TEST(TesseraDevices, AMalformedAttentionScratchVariableFailsTheGpuPlugins) {
   expect_gpu_plugins_refuse("TESSERA_ATTENTION_SCRATCH_MIB",
                             {"abc", "-1", "4097", "12MiB", "99999999999999999999"},
