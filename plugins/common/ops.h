@@ -42,8 +42,7 @@ GemmPlan gemm_plan(const GpuTraits& traits, std::int64_t m, std::int64_t n, std:
 void check_gemm_environment();
 // TESSERA_GEMM_FFMA: unset or 1, the f32 GEMMs of a stored [K, M] and b [K, N] take
 // nvidia/gemm_ffma.cl where the device offers it (GpuTraits::ffma_gemm); 0, the portable kernel
-// (for comparisons). Throws ConfigError for any
-// other value; checked by check_gemm_environment.
+// (for comparisons). Throws ConfigError for any other value; checked by check_gemm_environment.
 bool ffma_gemm_allowed();
 
 // Reads TESSERA_ATTENTION_SCRATCH_MIB (the memory the attention backward may take for its dS

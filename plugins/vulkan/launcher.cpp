@@ -45,12 +45,19 @@ void VulkanLauncher::launch(const common::Launch& l) {
                                         static_cast<std::uint32_t>(l.group_size()));
     return;
   }
-  // The f32 GEMM through cp.async (offered only where the device has its modules).
+  // The f32 GEMM through cp.async (offered only where the device has its modules); a module the
+  // driver refuses fails the op with the way out.
   if (CuKernels* cu = device_.cu_kernels(); cu && l.kernel() == "gemm_ffma") {
-    device_.vk_queue_object().launch_cu(
-        l.label(), cu->function(CuKernels::ffma_module(l.variant()[0])),
-        std::span(bindings.data(), b.size()), l.words(), {grid[0], grid[1], 1},
-        static_cast<std::uint32_t>(l.group_size()));
+    VkCuFunctionNVX f = VK_NULL_HANDLE;
+    try {
+      f = cu->function(CuKernels::ffma_module(l.variant()[0]));
+    } catch (const BackendError& e) {
+      throw BackendError(fmt::format(
+          "{}; TESSERA_GEMM_FFMA=0 runs the f32 GEMMs on the portable kernel instead", e.what()));
+    }
+    device_.vk_queue_object().launch_cu(l.label(), f, std::span(bindings.data(), b.size()),
+                                        l.words(), {grid[0], grid[1], 1},
+                                        static_cast<std::uint32_t>(l.group_size()));
     return;
   }
   // A portable kernel's variant built as PTX too (CuKernels: the f32 GEMM's main ones).
