@@ -88,11 +88,7 @@ __kernel void tk_main(__global const float* t0, __global const float* t1, __glob
   __local float4 sm4[2 * STAGE / 4];
   __local float* sm = (__local float*)sm4;
   GEMM_OPENING(BM, BN);
-  const int part = batch / P(18);  // batch = part * P(18) + the matrix
-  const int kb = part * P(21), ke = min(K, kb + P(21));
-  const int2 off = matrix_offsets(tk_p.w, batch - part * P(18));
-  __global const float* a = t0 + tk_p.w[0] + off.x;
-  __global const float* b = t1 + tk_p.w[1] + off.y;
+  GEMM_F32_OPERANDS;
 
   // Slice s (from kb) into stage |st|: BM * BK / 4 chunks of A and as many of B, two of each an
   // invocation; zeros past K (a part's slices end where the next part's begin: P(21) is a

@@ -76,6 +76,17 @@ int3 gemm_tile(const int* w, int group, int bm, int bn) {
   const int3 at = gemm_tile(tk_p.w, group, bm, bn);                               \
   const int batch = at.x, m0 = at.y, n0 = at.z
 
+// What the f32 GEMMs (gemm_tf32.cl, gemm_ffma.cl) open with after GEMM_OPENING, whose words split
+// K: the work-group's |part| of K (batch = part * P(18) + the matrix), its range [kb, ke) (P(21)
+// long), and its matrix's operands |a| and |b| (bindings 0 and 1 at their element offsets and the
+// matrix's strides: matrix_offsets below).
+#define GEMM_F32_OPERANDS                                        \
+  const int part = batch / P(18);                                \
+  const int kb = part * P(21), ke = min(K, kb + P(21));          \
+  const int2 off = matrix_offsets(tk_p.w, batch - part * P(18)); \
+  __global const float* a = t0 + tk_p.w[0] + off.x;              \
+  __global const float* b = t1 + tk_p.w[1] + off.y
+
 // The element offsets of matrix |matrix| (< P(18)) of a launch with words |w| in a (x) and b (y):
 // P(5) batch dimensions of extents P(6..9), a's matrix strides P(10..13), b's P(14..17).
 int2 matrix_offsets(const int* w, int matrix) {
