@@ -16,13 +16,9 @@
 // gain on the H200 (docs/bench/h200-ffma.txt). Elements past an edge (M, N or the part's end of K)
 // are zeros. Each subgroup computes a 32 x 64 block of the tile, each invocation 8 x 8 sums: rows
 // tr + i * 16 + r and columns tc + j * 32 + c (i, j < 2; r, c < 4), so that a subgroup's 4-float
-// reads of A touch 4 groups and of B 8, each read whole in one pass of shared memory.
-// Bindings: 0 a, 1 b, 2 c [batch, M, N], 3 bias [N] (V0 & 8; else a again, unread). Words:
-// P(0) M, P(1) N, P(2) K, P(3) tiles across N, P(4) tiles per matrix, P(5) batch rank, P(6..9)
-// batch extents, P(10..13) a's and P(14..17) b's matrix strides, P(18) matrices, P(21) K per part,
-// where work-group batch part * matrices + matrix sums its part into c [parts, matrices, M, N]
-// (the first part adds the bias). The host guarantees: M, N, K, every matrix stride and each
-// binding's offset are multiples of 4 floats.
+// reads of A touch 4 groups and of B 8, each read whole in one pass of shared memory. The
+// bindings, words and what the host guarantees (M, N, K, every matrix stride and each binding's
+// offset multiples of 4 floats) are gemm_tf32.cl's.
 //
 // Tuning macros: BK (the K slices' length, 8, 16 or 32), STAGES (2 to 4), SMEM_LIMIT (the static
 // shared memory a work-group may declare: 47 KiB through NVIDIA's OpenCL, more where the Vulkan
