@@ -168,9 +168,9 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
   // (a causal row now and then attends to masked keys; POCL_WORK_GROUP_SPECIALIZATION=0 or
   // -cl-opt-disable make them pass; oclgrind finds no invalid access, race or divergence).
   traits.tiled_attention = !traits.is_cpu;
-  // 16-bit GEMMs on tensor cores (../common/nvidia/gemm_mma.cl) where NVIDIA's compiler builds its inline
-  // PTX; elsewhere (and where it fails) they compute in f32 (gemm.tk). One build decides for both
-  // operand types, for the f32 GEMM on TF32 products (../common/nvidia/gemm_tf32.cl, for
+  // 16-bit GEMMs on tensor cores (../common/nvidia/gemm_mma.cl) where NVIDIA's compiler builds its
+  // inline PTX; elsewhere (and where it fails) they compute in f32 (gemm.tk). One build decides for
+  // both operand types, for the f32 GEMM on TF32 products (../common/nvidia/gemm_tf32.cl, for
   // float32_matmul_precision high and medium) and for the f32 GEMM through cp.async
   // (../common/nvidia/gemm_ffma.cl): the bf16 forms of mma.sync and cvt, and TF32's, need the same
   // compute capability (8.0) as cp.async and the f16 ones; the other variants and the f32 kernels

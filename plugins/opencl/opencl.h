@@ -174,24 +174,24 @@ class Programs {
   std::map<std::string, cl_kernel, std::less<>> kernels_;
 };
 
-// The plugin's own 16-bit GEMM on NVIDIA's tensor cores (../common/nvidia/gemm_mma.cl: mma.sync, ldmatrix
-// and cp.async in inline PTX), and its build options for the matrix-unit GEMM's V0 flags
+// The plugin's own 16-bit GEMM on NVIDIA's tensor cores (../common/nvidia/gemm_mma.cl: mma.sync,
+// ldmatrix and cp.async in inline PTX), and its build options for the matrix-unit GEMM's V0 flags
 // (../common/ops_gemm.cpp) and operand type. The device offers it (GpuTraits::coop_f16 and
 // coop_bf16) where it builds when the device opens: NVIDIA devices whose compiler takes the PTX
 // (compute capability 8.0 or newer).
 inline constexpr std::string_view kMmaGemm = "gemm_mma.cl";
 std::string mma_gemm_options(std::int32_t v0, bool bf16);
 
-// The same launches on Hopper's warpgroup products (../common/nvidia/gemm_wgmma.cl: wgmma, cp.async; built
-// with Programs::Retarget::sm_90a): taken instead of kMmaGemm on NVIDIA devices of compute
-// capability 9.0 where it builds when the device opens (OpenclLauncher's wgmma flag).
+// The same launches on Hopper's warpgroup products (../common/nvidia/gemm_wgmma.cl: wgmma,
+// cp.async; built with Programs::Retarget::sm_90a): taken instead of kMmaGemm on NVIDIA devices of
+// compute capability 9.0 where it builds when the device opens (OpenclLauncher's wgmma flag).
 inline constexpr std::string_view kWgmmaGemm = "gemm_wgmma.cl";
 // TESSERA_OPENCL_WGMMA: unset or 1, kWgmmaGemm where it builds; 0, kMmaGemm (for comparisons).
 // Throws ConfigError for any other value; the plugin reads it when it loads.
 bool wgmma_allowed();
 
-// The plugin's own f32 GEMM on NVIDIA's tensor cores (../common/nvidia/gemm_tf32.cl: TF32 products through
-// inline PTX) for float32_matmul_precision() high and medium, and its build options for the
+// The plugin's own f32 GEMM on NVIDIA's tensor cores (../common/nvidia/gemm_tf32.cl: TF32 products
+// through inline PTX) for float32_matmul_precision() high and medium, and its build options for the
 // launch's V0 (flags) and V1 (products: 3 or 1). Offered (GpuTraits::tf32_gemm) where the 16-bit
 // one builds when the device opens (the same compute capability); built when first launched.
 inline constexpr std::string_view kTf32Gemm = "gemm_tf32.cl";
