@@ -1,8 +1,8 @@
 // The OpenCL plugin's PTX rewrite for the sm_90a target (Programs::Retarget::sm_90a): NVIDIA's
 // OpenCL compiler emits PTX for sm_90 on a compute capability 9.0 device, whose assembler refuses
 // the instructions only sm_90a has (wgmma). A kernel built for that rewrite writes those
-// instructions as PTX comments marked "//@" (../common/nvidia/gemm_wgmma.cl's TK_WGMMA_COMMENTED); this
-// takes the PTX the driver returned for it and gives the PTX to build as the program's binary.
+// instructions as PTX comments marked "//@" (../common/nvidia/gemm_wgmma.cl's TK_WGMMA_COMMENTED);
+// this takes the PTX the driver returned for it and gives the PTX to build as the program's binary.
 #pragma once
 
 #include <string>
