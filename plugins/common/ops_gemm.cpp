@@ -278,7 +278,7 @@ bool tf32_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
 // TESSERA_GEMM_TILES forces them: the portable kernel's tuning), launched as "gemm_ffma"
 // (nvidia/gemm_ffma.cl): gemm.tk's bindings, words (MODE 0) and the plan's split K (parts of a
 // multiple of 16), V0 1 | 8 (bias); 256 invocations; 16-byte copies: M, N, K, every matrix stride
-// and each binding's offset a multiple of 4 floats. On the H200 1.17-1.21x as fast as gemm.tk
+// and each binding's offset a multiple of 4 floats. On the H200 1.13-1.21x as fast as gemm.tk
 // through the Vulkan plugin, 1.01-1.05x through the OpenCL plugin; the other layouts keep gemm.tk,
 // as fast as the kernel's forms that transpose an operand on the way (docs/bench/h200-ffma.txt).
 bool ffma_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
