@@ -2,9 +2,10 @@
 # and gemm_tf32.cl's) against torch.matmul (TF32 off) in one process, CUDA events, launching each
 # module through the CUDA driver (cuModuleLoadData, cuLaunchKernel) on PyTorch's tensors; first
 # checks each kernel against a float64 product on ragged shapes and split K. Named ffma_V0_NAME.ptx
-# (gemm_ffma.cl) or gemm.tk_TM_TN_V2_V3.ptx (the Vulkan plugin's build of gemm.tk). The jobs of
-# docs/bench/h200-ffma.txt; jobs 1-4 timed 1024^3 ... 8192^3, 4096x4096x1024 and 8192x1024x4096,
-# job 7 the cubes 2048^3 ... 8192^3 (below).
+# (gemm_ffma.cl) or gemm.tk_TM_TN_V2_V3.ptx (the Vulkan plugin's build of gemm.tk). As run in job
+# 11 of docs/bench/h200-ffma.txt (the NN products as torch's transposed copy of A and the TN
+# kernel, then the cubes); jobs 1-4 timed 1024^3 ... 8192^3, 4096x4096x1024 and 8192x1024x4096 in
+# the last loop, job 7 2048^3 ... 8192^3, and had no transpose loop.
 # usage: python3 h200-ffma-harness.py OUT.json file.ptx ...
 import ctypes, json, sys, os, math
 import torch
@@ -81,7 +82,28 @@ for name, f in kernels.items():
         ok = err < 1e-5
         out["results"].append({"kernel": name, "check": [m, n, k, parts], "err": err, "ok": ok})
         if not ok: print("WRONG", name, m, n, k, parts, err, flush=True)
-shapes = [(s, s, s) for s in (2048, 4096, 8192)]
+shapes = [(s, s, s) for s in (2048, 4096, 8192)] + [(16384, 1152, 384), (16384, 384, 1536), (16384, 1536, 384), (16384, 384, 1152)]
+# The NN product as a transposed copy of A (torch's) and the TN kernel: what a transpose beforehand
+# would give, and the copy's time alone.
+tk = [n for n in kernels if n.startswith("ffma_1")]
+for (m, n, k) in shapes:
+    reps = max(2, int(2e11 / (2 * m * n * k)))
+    A = torch.randn(m, k, device="cuda"); B = torch.randn(k, n, device="cuda"); C = torch.empty(m, n, device="cuda")
+    At0 = A.t().contiguous()
+    fl = 2 * m * n * k
+    row = {"nn_via_transpose": [m, n, k], "torch_tflops": fl / timeit(lambda: torch.matmul(A, B, out=C), reps) / 1e9}
+    row["transpose_us"] = timeit(lambda: A.t().contiguous(), reps) * 1e3
+    for name in tk:
+        f = kernels[name]
+        def both():
+            gemm(f, A.t().contiguous(), B, C, m, n, k, True, False, 1)
+        row[name + " transpose+TN"] = fl / timeit(both, reps) / 1e9
+        row[name + " TN alone"] = fl / timeit(lambda: gemm(f, At0, B, C, m, n, k, True, False, 1), reps) / 1e9
+        gemm(f, At0, B, C, m, n, k, True, False, 1)
+        ref = A.double() @ B.double()
+        row[name + " err"] = ((C.double() - ref).norm() / ref.norm()).item()
+    out["results"].append(row); print(json.dumps(row), flush=True)
+shapes = [(s, s, s) for s in (2048, 4096)]
 for (m, n, k) in shapes:
     reps = max(2, int(2e11 / (2 * m * n * k)))
     A = torch.randn(m, k, device="cuda"); B = torch.randn(k, n, device="cuda"); C = torch.empty(m, n, device="cuda")
