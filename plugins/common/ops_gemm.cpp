@@ -238,6 +238,37 @@ bool coop_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
   return true;
 }
 
+// Whether the f32 GEMMs' 16-byte loads fit a product (gemm_tf32.cl's, gemm_ffma.cl's, gemm.tk's
+// VEC): M, N, K, each binding's offset (c's |c_offset|) and every matrix stride multiples of 4.
+bool fits_four(std::int64_t m, std::int64_t n, std::int64_t k, const Tensor& a, const Tensor& b,
+               std::int64_t c_offset, const Tensor* bias, const BatchDims& g) {
+  bool fits = multiples_of_4({m, n, k, a.offset(), b.offset(), c_offset}) &&
+              (!bias || bias->offset() % 4 == 0);
+  for (int d = 0; d < g.rank; ++d) fits = fits && g.stride_a[d] % 4 == 0 && g.stride_b[d] % 4 == 0;
+  return fits;
+}
+
+// The NVIDIA f32 kernels' tiles (gemm_tf32.cl, gemm_ffma.cl: 128 x 128, 256 invocations) and
+// their launch: |kernel| with |variant|, gemm.tk's bindings and words (MODE 0), K in |split|'s
+// parts, whose f32 sums go to a scratch and are added into c afterwards.
+constexpr std::int64_t kF32Tile = 128;
+void launch_f32_tiles(Launcher& l, std::string_view kernel,
+                      std::initializer_list<std::int32_t> variant, const Tensor& a, const Tensor& b,
+                      const Tensor& c, const Tensor* bias, std::int64_t m, std::int64_t n,
+                      std::int64_t k, const BatchDims& g, const KParts& split) {
+  const std::int64_t across = (n + kF32Tile - 1) / kF32Tile,
+                     tiles = across * ((m + kF32Tile - 1) / kF32Tile);
+  const std::int64_t count = g.count * m * n;
+  const Tensor partial =
+      split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();
+  Launch launch(l, kernel, variant);
+  // Binding 3 is unread without a bias.
+  launch.in(a).in(b).out(split.parts > 1 ? partial : c).in(bias ? *bias : a);
+  gemm_words(launch, m, n, k, across, tiles, g);
+  launch.i(0).i(0).i(split.per).group(256).groups(split.parts * g.count * tiles);
+  if (split.parts > 1) sum_lines(l, partial, c, 1, split.parts, count, 1.0f);
+}
+
 // f32 GEMMs on tensor cores where the caller's precision allows (high: 3 TF32 products, medium:
 // 1), launched as "gemm_tf32" (nvidia/gemm_tf32.cl, the OpenCL plugin's): gemm.tk's bindings,
 // words (MODE 0) and split K, its flags 1 (a stored [K, M]), 2 (b stored [N, K]) and 8 (bias) in
@@ -250,26 +281,16 @@ bool tf32_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
   if (precision == MatmulPrecision::highest || !l.traits().tf32_gemm || k == 0 ||
       a.dtype() != DType::f32 || c.dtype() != DType::f32)
     return false;
-  bool fits = multiples_of_4({m, n, k, a.offset(), b.offset(), c.offset()}) &&
-              (!bias || bias->offset() % 4 == 0);
-  for (int d = 0; d < g.rank; ++d) fits = fits && g.stride_a[d] % 4 == 0 && g.stride_b[d] % 4 == 0;
-  if (!fits) return false;
-  constexpr std::int64_t kTile = 128, kSlice = 16;
-  constexpr int kThreads = 256;
-  const std::int64_t across = (n + kTile - 1) / kTile, tiles = across * ((m + kTile - 1) / kTile);
+  if (!fits_four(m, n, k, a, b, c.offset(), bias, g)) return false;
+  constexpr std::int64_t kSlice = 16;
+  const std::int64_t tiles = ((n + kF32Tile - 1) / kF32Tile) * ((m + kF32Tile - 1) / kF32Tile);
   // K split as gemm() splits it for its largest tiles: one wave of two work-groups a compute unit.
   const KParts split = wave_split(k, g.count * tiles, wave_slots(l.traits(), 2), 512, kSlice);
-  const std::int64_t count = g.count * m * n;
-  const Tensor partial =
-      split.parts > 1 ? Tensor::empty({split.parts, count}, DType::f32, &l.device()) : Tensor();
-  Launch launch(l, "gemm_tf32",
-                {(trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0) | (bias ? kFlagBias : 0),
-                 precision == MatmulPrecision::high ? 3 : 1});
-  // Binding 3 is unread without a bias.
-  launch.in(a).in(b).out(split.parts > 1 ? partial : c).in(bias ? *bias : a);
-  gemm_words(launch, m, n, k, across, tiles, g);
-  launch.i(0).i(0).i(split.per).group(kThreads).groups(split.parts * g.count * tiles);
-  if (split.parts > 1) sum_lines(l, partial, c, 1, split.parts, count, 1.0f);
+  launch_f32_tiles(
+      l, "gemm_tf32",
+      {(trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0) | (bias ? kFlagBias : 0),
+       precision == MatmulPrecision::high ? 3 : 1},
+      a, b, c, bias, m, n, k, g, split);
   return true;
 }
 
@@ -286,23 +307,12 @@ bool ffma_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
                const BatchDims& g, const GemmPlan& plan) {
   if (!l.traits().ffma_gemm || tiles_from_environment() || !trans_a || trans_b || k == 0 ||
       a.dtype() != DType::f32 || c.dtype() != DType::f32 || (bias && bias->dtype() != DType::f32) ||
-      plan.tiles.tm != 128 || plan.tiles.tn != 128 || (plan.parts > 1 && plan.per % 16 != 0))
+      plan.tiles.tm != kF32Tile || plan.tiles.tn != kF32Tile ||
+      (plan.parts > 1 && plan.per % 16 != 0))
     return false;
-  bool fits = multiples_of_4({m, n, k, a.offset(), b.offset(), c.offset()}) &&
-              (!bias || bias->offset() % 4 == 0);
-  for (int d = 0; d < g.rank; ++d) fits = fits && g.stride_a[d] % 4 == 0 && g.stride_b[d] % 4 == 0;
-  if (!fits) return false;
-  constexpr std::int64_t kTile = 128;
-  const std::int64_t across = (n + kTile - 1) / kTile, tiles = across * ((m + kTile - 1) / kTile);
-  const std::int64_t count = g.count * m * n;
-  const Tensor partial =
-      plan.parts > 1 ? Tensor::empty({plan.parts, count}, DType::f32, &l.device()) : Tensor();
-  Launch launch(l, "gemm_ffma", {kFlagTransA | (bias ? kFlagBias : 0)});
-  // Binding 3 is unread without a bias.
-  launch.in(a).in(b).out(plan.parts > 1 ? partial : c).in(bias ? *bias : a);
-  gemm_words(launch, m, n, k, across, tiles, g);
-  launch.i(0).i(0).i(plan.per).group(256).groups(plan.parts * g.count * tiles);
-  if (plan.parts > 1) sum_lines(l, partial, c, 1, plan.parts, count, 1.0f);
+  if (!fits_four(m, n, k, a, b, c.offset(), bias, g)) return false;
+  launch_f32_tiles(l, "gemm_ffma", {kFlagTransA | (bias ? kFlagBias : 0)}, a, b, c, bias, m, n, k,
+                   g, {plan.per, plan.parts});
   return true;
 }
 
@@ -377,9 +387,7 @@ void gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const 
   // or are c itself with out_dtype f32 (whose bias is f32 too).
   const int dtype = float_code(a.dtype());
   const bool wide = c.dtype() == DType::f32;
-  bool vec = multiples_of_4({m, n, k, a.offset(), b.offset(), wide ? c.offset() : 0}) &&
-             (!bias || bias->offset() % 4 == 0);
-  for (int d = 0; d < g.rank; ++d) vec = vec && g.stride_a[d] % 4 == 0 && g.stride_b[d] % 4 == 0;
+  const bool vec = fits_four(m, n, k, a, b, wide ? c.offset() : 0, bias, g);
   const int flags = (trans_a ? kFlagTransA : 0) | (trans_b ? kFlagTransB : 0) |
                     (vec ? kFlagVec : 0) | (bias ? kFlagBias : 0) |
                     (t.buffers == 2 ? kFlagTwoBuffers : 0) | dtype << kDTypeShift |
