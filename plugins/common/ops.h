@@ -87,6 +87,13 @@ void add_gemm_ops(PortableOps& ops);
 void sum_lines(Launcher& l, const Tensor& x, const Tensor& y, std::int64_t outer, std::int64_t n,
                std::int64_t inner, float scale);
 
+// y = x for an f32 x whose dimensions, adjacent ones merged (Strided), walk the second-to-last
+// contiguously and the last with a stride (a transposed matrix, a batch of them), both at least
+// 32 long; y contiguous, x's shape, not overlapping x (kernels/transpose.tk: 32 x 32 tiles
+// through shared memory, loads and stores consecutive across a subgroup). Returns false, and
+// launches nothing, for any other view.
+bool transpose_copy(Launcher& l, const Tensor& x, const Tensor& y);
+
 // --- tensor API: casts, factories, indexing ---
 void add_tensor_ops(PortableOps& ops);
 // dst = src element by element (kernels/tensor_copy.tk): views of one shape and dtype of 1, 2, 4

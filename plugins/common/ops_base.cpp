@@ -57,10 +57,12 @@ void binary(const OpCall& call, Launcher& l) {
 
 // A strided f32 copy whose last extent and destination offset are multiples of 4 moves 4
 // elements per invocation (a GPT's head permutes: a quarter of the index arithmetic and of the
-// stores); with a unit last stride and 4-aligned source, one 4-float load too.
+// stores); with a unit last stride and 4-aligned source, one 4-float load too. One that
+// transposes the last two dimensions goes through tiles (transpose_copy).
 void copy(const OpCall& call, Launcher& l) {
   const Tensor &x = call.in(0), &y = call.out(0);
   if (dtype_size(x.dtype()) == 2) return copy_views(l, x, y);  // f16, bf16
+  if (transpose_copy(l, x, y)) return;
   const Strided g = strided(x.shape(), call.inputs.data(), 1);
   const bool four =
       x.dtype() == DType::f32 && g.rank > 0 && g.shape[g.rank - 1] % 4 == 0 && y.offset() % 4 == 0;
@@ -115,6 +117,29 @@ std::int32_t reduce_group(const Launcher& l) {
 }
 
 }  // namespace
+
+bool transpose_copy(Launcher& l, const Tensor& x, const Tensor& y) {
+  if (x.dtype() != DType::f32 || l.traits().max_group_size < 256) return false;
+  const Strided g = strided(x.shape(), &x, 1);
+  if (g.rank < 2 || g.stride[0][g.rank - 2] != 1 || g.stride[0][g.rank - 1] == 1) return false;
+  const std::int64_t rows = g.shape[g.rank - 2], cols = g.shape[g.rank - 1];
+  // Below a whole tile either way most of a tile's invocations would idle: copy.tk.
+  if (rows < 32 || cols < 32) return false;
+  const std::int64_t down = (rows + 31) / 32, across = (cols + 31) / 32;
+  Launch(l, "transpose")
+      .in(x)
+      .out(y)
+      .i(g.n)
+      .i(g.rank)
+      .words(g.shape)
+      .words(g.stride[0])
+      .i(down)
+      .i(across)
+      .shared(32 * 33)
+      .group(256)
+      .groups(g.n / (rows * cols) * down * across);
+  return true;
+}
 
 void sum_lines(Launcher& l, const Tensor& x, const Tensor& y, std::int64_t outer, std::int64_t n,
                std::int64_t inner, float scale) {

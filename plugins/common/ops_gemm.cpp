@@ -294,25 +294,44 @@ bool tf32_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
   return true;
 }
 
-// f32 GEMMs with a stored [K, M] and b [K, N] (trans_a, not trans_b: a weight's gradient, x^T dy)
-// where the device has the kernel and the plan takes the largest tiles (128 x 128; not where
-// TESSERA_GEMM_TILES forces them: the portable kernel's tuning), launched as "gemm_ffma"
+// f32 GEMMs on the kernel for a stored [K, M] and b [K, N] (trans_a, not trans_b: a weight's
+// gradient, x^T dy) where the device has it and the plan takes the largest tiles (128 x 128; not
+// where TESSERA_GEMM_TILES forces them: the portable kernel's tuning), launched as "gemm_ffma"
 // (nvidia/gemm_ffma.cl): gemm.tk's bindings, words (MODE 0) and the plan's split K (parts of a
 // multiple of 16), V0 1 | 8 (bias); 256 invocations; 16-byte copies: M, N, K, every matrix stride
 // and each binding's offset a multiple of 4 floats. On the H200 1.13-1.21x as fast as gemm.tk
-// through the Vulkan plugin, 1.01-1.05x through the OpenCL plugin; the other layouts keep gemm.tk,
-// as fast as the kernel's forms that transpose an operand on the way (docs/bench/h200-ffma.txt).
+// through the Vulkan plugin, 1.01-1.05x through the OpenCL plugin (docs/bench/h200-ffma.txt).
+// The other layouts of an unbatched product take it too where their operands stored along K (a
+// [M, K], b [N, K]) are first copied transposed (transpose_copy) into scratch, and the product has
+// at least GpuTraits::ffma_copy_share multiply-adds for every element copied. On the H200 through
+// the Vulkan plugin (share 256) NN 2048^3 / 4096^3 / 8192^3 ran 44.9 / 48.4 / 49.6 TFLOP/s against
+// gemm.tk's 38.2 / 40.8 / 41.8 (the copy 1.5% of the time at 4096^3, 3.2 TB/s), and the GPT's f32
+// step 1.10x as fast; through the OpenCL plugin (share 1024: its gemm.tk runs thin products
+// faster) NN 1.05x from 2048^3, the step 1.02x (docs/performance.md).
 bool ffma_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
                bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                const BatchDims& g, const GemmPlan& plan) {
-  if (!l.traits().ffma_gemm || tiles_from_environment() || !trans_a || trans_b || k == 0 ||
-      a.dtype() != DType::f32 || c.dtype() != DType::f32 || (bias && bias->dtype() != DType::f32) ||
+  if (!l.traits().ffma_gemm || tiles_from_environment() || k == 0 || a.dtype() != DType::f32 ||
+      c.dtype() != DType::f32 || (bias && bias->dtype() != DType::f32) ||
       plan.tiles.tm != kF32Tile || plan.tiles.tn != kF32Tile ||
       (plan.parts > 1 && plan.per % 16 != 0))
     return false;
   if (!fits_four(m, n, k, a, b, c.offset(), bias, g)) return false;
-  launch_f32_tiles(l, "gemm_ffma", {kFlagTransA | (bias ? kFlagBias : 0)}, a, b, c, bias, m, n, k,
-                   g, {plan.per, plan.parts});
+  const bool copy_a = !trans_a, copy_b = trans_b;
+  if ((copy_a || copy_b) &&
+      (l.traits().ffma_copy_share <= 0 || g.rank != 0 || m < 32 || n < 32 || k < 32 ||
+       ((copy_a ? m : 0) + (copy_b ? n : 0)) * l.traits().ffma_copy_share > m * n))
+    return false;
+  // a stored [M, K] and b [N, K]: their transposed views copied into [K, M] and [K, N].
+  const auto along_k = [&](const Tensor& t, std::int64_t rows) {
+    const Tensor kept = Tensor::empty({k, rows}, DType::f32, &l.device());
+    if (!transpose_copy(l, t.t(), kept))
+      throw BackendError("gemm_ffma: transpose_copy refused an operand's transposed view");
+    return kept;
+  };
+  launch_f32_tiles(l, "gemm_ffma", {kFlagTransA | (bias ? kFlagBias : 0)},
+                   copy_a ? along_k(a, m) : a, copy_b ? along_k(b, n) : b, c, bias, m, n, k, g,
+                   {plan.per, plan.parts});
   return true;
 }
 

@@ -24,7 +24,7 @@ set(TESSERA_PORTABLE_SOURCES
   ${TESSERA_PORTABLE_DIR}/ops_nn.cpp
 )
 set(TESSERA_PORTABLE_KERNELS
-  binary copy max_pool optim reduce sum_rows unary
+  binary copy max_pool optim reduce sum_rows transpose unary
 
   # --- GEMM: matmul, addmm, bmm ---
   gemm

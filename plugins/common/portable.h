@@ -78,6 +78,12 @@ struct GpuTraits {
   // NVIDIA GPUs whose compiler takes its PTX, the Vulkan plugin's PTX modules; off with
   // TESSERA_GEMM_FFMA=0.
   bool ffma_gemm = false;
+  // The other layouts of an unbatched f32 product take that kernel too, their operands stored
+  // along K (a [M, K], b [N, K]) first copied transposed, where the product has at least this
+  // many multiply-adds for every element copied (M N K >= share * the copies' elements); 0
+  // never. What the copies cost against what the kernel gains over gemm.tk differs per plugin
+  // (ops_gemm.cpp's ffma_gemm gives the H200's figures).
+  std::int32_t ffma_copy_share = 0;
   // The GEMM's largest tiles (128 x 128) stage K through one shared buffer instead of two: the
   // device's compiler gives the two-buffer kernel registers enough that fewer work-groups share
   // a compute unit (NVIDIA's Vulkan compiler: 157 registers against 116, so one 256-invocation

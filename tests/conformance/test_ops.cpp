@@ -126,12 +126,13 @@ std::vector<Case> tessera::conformance::op_cases() {
   // CPU plugin cuts it into row blocks (the aligned case is cut into column blocks).
   // A long K under a small output: the GPU plugins split K in parts (ops_gemm.cpp): from 2048
   // whatever the grid, from 1024 where the largest tiles leave half the compute units idle (on
-  // GPUs; the CPU drivers of CI take the plain loop there).
+  // GPUs; the CPU drivers of CI take the plain loop there). Wide: on NVIDIA GPUs each layout runs
+  // nvidia/gemm_ffma.cl's kernel, the operands stored along K first copied transposed.
   for (const Size sz :
        {Size{"matmul_", 37, 53, 29}, Size{"matmul_aligned_", 68, 132, 36},
         Size{"matmul_tall_", 150, 40, 51}, Size{"matmul_long_k_", 37, 21, 4099},
         Size{"matmul_long_k_aligned_", 40, 36, 4096}, Size{"matmul_mid_k_", 45, 29, 1531},
-        Size{"matmul_mid_k_aligned_", 132, 64, 1536}})
+        Size{"matmul_mid_k_aligned_", 132, 64, 1536}, Size{"matmul_wide_", 2052, 2060, 32}})
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         c.push_back({fmt::format("{}{}{}", sz.prefix, ta ? "T" : "N", tb ? "T" : "N"), OpId::matmul,
@@ -163,9 +164,11 @@ std::vector<Case> tessera::conformance::op_cases() {
                      }
                      expect_close(matmul(ta_, tb_, ta, tb).to_vector<float>(), r);
                    }});
-  // addmm, as a Linear layer calls it (b transposed) and plain, at a size the CPU plugin splits.
+  // addmm, as a Linear layer calls it (b transposed) and plain, at a size the CPU plugin splits;
+  // wide: on NVIDIA GPUs NN copies a transposed for nvidia/gemm_ffma.cl's kernel, K split.
   for (const Size sz : {Size{"addmm_", 37, 53, 29}, Size{"addmm_aligned_", 68, 132, 36},
-                        Size{"addmm_long_k_", 37, 21, 4099}, Size{"addmm_mid_k_", 40, 36, 1100}})
+                        Size{"addmm_long_k_", 37, 21, 4099}, Size{"addmm_mid_k_", 40, 36, 1100},
+                        Size{"addmm_wide_", 132, 1028, 2052}})
     for (bool tb : {false, true})
       c.push_back(
           {fmt::format("{}N{}", sz.prefix, tb ? "T" : "N"), OpId::addmm, [=](Device& d) {

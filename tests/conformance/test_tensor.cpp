@@ -430,6 +430,26 @@ std::vector<Case> misc_cases() {
                  expect_values(x.narrow(2, 1, 4).contiguous(), shifted);
                }});
   c.push_back(
+      {"copy_transposed_tiles", OpId::copy, [](Device& d) {
+         // The GPU plugins copy a view that transposes the last two dimensions through
+         // 32 x 32 tiles (ops_base.cpp's transpose_copy): ragged tiles, a batch of two
+         // dimensions that do not merge (a narrowed view, with an offset), and a matrix.
+         const Vec v = randn(3 * 5 * 45 * 70);
+         const Tensor x = Tensor::from(v, {3, 5, 45, 70}, &d);
+         auto at = [&](int a, int b, int r, int e) {
+           return double(v[static_cast<std::size_t>(((a * 5 + b) * 45 + r) * 70 + e)]);
+         };
+         std::vector<double> batch, matrix;
+         for (int a = 0; a < 3; ++a)
+           for (int b = 1; b < 4; ++b)
+             for (int e = 0; e < 70; ++e)
+               for (int r = 0; r < 45; ++r) batch.push_back(at(a, b, r, e));
+         for (int e = 0; e < 70; ++e)
+           for (int r = 0; r < 45 * 3; ++r) matrix.push_back(at(0, r / 45, r % 45, e));
+         expect_values(x.narrow(1, 1, 3).transpose(2, 3).contiguous(), batch);
+         expect_values(x.reshape({15 * 45, 70}).narrow(0, 0, 45 * 3).t().contiguous(), matrix);
+       }});
+  c.push_back(
       {"print", OpId::copy, [](Device& d) {
          std::ostringstream s;
          s << Tensor::from(Vec{0.1234f, -1.0f, 2.5f, 3.0f}, {2, 2}, &d);
