@@ -89,7 +89,7 @@ void sum_lines(Launcher& l, const Tensor& x, const Tensor& y, std::int64_t outer
 
 // y = x for an f32 x whose dimensions, adjacent ones merged (Strided), walk the second-to-last
 // contiguously and the last with a stride (a transposed matrix, a batch of them), both at least
-// 32 long; y contiguous, x's shape, not overlapping x (kernels/transpose.tk: 32 x 32 tiles
+// 32 long; y contiguous, x's shape, not overlapping x (kernels/transpose.tk: 64 x 64 tiles
 // through shared memory, loads and stores consecutive across a subgroup). Returns false, and
 // launches nothing, for any other view.
 bool transpose_copy(Launcher& l, const Tensor& x, const Tensor& y);

@@ -55,6 +55,11 @@ void binary(const OpCall& call, Launcher& l) {
                    : g.n);
 }
 
+// copy.tk's and transpose.tk's bindings and first words: x and y; n, rank, shape and x's strides.
+Launch& copy_words(Launch& launch, const Tensor& x, const Tensor& y, const Strided& g) {
+  return launch.in(x).out(y).i(g.n).i(g.rank).words(g.shape).words(g.stride[0]);
+}
+
 // A strided f32 copy whose last extent and destination offset are multiples of 4 moves 4
 // elements per invocation (a GPT's head permutes: a quarter of the index arithmetic and of the
 // stores); with a unit last stride and 4-aligned source, one 4-float load too. One that
@@ -68,14 +73,8 @@ void copy(const OpCall& call, Launcher& l) {
       x.dtype() == DType::f32 && g.rank > 0 && g.shape[g.rank - 1] % 4 == 0 && y.offset() % 4 == 0;
   bool vec = four && g.stride[0][g.rank - 1] == 1 && x.offset() % 4 == 0;
   for (int d = 0; d + 1 < g.rank; ++d) vec = vec && g.stride[0][d] % 4 == 0;
-  Launch(l, "copy", {four ? 3 : 0, vec ? 1 : 0})
-      .in(x)
-      .out(y)
-      .i(g.n)
-      .i(g.rank)
-      .words(g.shape)
-      .words(g.stride[0])
-      .run(four ? g.n / 4 : g.n);
+  Launch launch(l, "copy", {four ? 3 : 0, vec ? 1 : 0});
+  copy_words(launch, x, y, g).run(four ? g.n / 4 : g.n);
 }
 
 void fill(const OpCall& call, Launcher& l) {
@@ -123,19 +122,14 @@ bool transpose_copy(Launcher& l, const Tensor& x, const Tensor& y) {
   const Strided g = strided(x.shape(), &x, 1);
   if (g.rank < 2 || g.stride[0][g.rank - 2] != 1 || g.stride[0][g.rank - 1] == 1) return false;
   const std::int64_t rows = g.shape[g.rank - 2], cols = g.shape[g.rank - 1];
-  // Below a whole tile either way most of a tile's invocations would idle: copy.tk.
+  // Below half a tile either way most of a tile's invocations would idle: copy.tk.
   if (rows < 32 || cols < 32) return false;
-  const std::int64_t down = (rows + 31) / 32, across = (cols + 31) / 32;
-  Launch(l, "transpose")
-      .in(x)
-      .out(y)
-      .i(g.n)
-      .i(g.rank)
-      .words(g.shape)
-      .words(g.stride[0])
+  const std::int64_t down = (rows + 63) / 64, across = (cols + 63) / 64;
+  Launch launch(l, "transpose");
+  copy_words(launch, x, y, g)
       .i(down)
       .i(across)
-      .shared(32 * 33)
+      .shared(64 * 65)
       .group(256)
       .groups(g.n / (rows * cols) * down * across);
   return true;

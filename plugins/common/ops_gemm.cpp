@@ -305,7 +305,7 @@ bool tf32_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
 // [M, K], b [N, K]) are first copied transposed (transpose_copy) into scratch, and the product has
 // at least GpuTraits::ffma_copy_share multiply-adds for every element copied. On the H200 through
 // the Vulkan plugin (share 256) NN 2048^3 / 4096^3 / 8192^3 ran 44.9 / 48.4 / 49.6 TFLOP/s against
-// gemm.tk's 38.2 / 40.8 / 41.8 (the copy 1.5% of the time at 4096^3, 3.2 TB/s), and the GPT's f32
+// gemm.tk's 38.2 / 40.8 / 41.8 (the copy 1.4% of the time at 4096^3, 3.4 TB/s), and the GPT's f32
 // step 1.10x as fast; through the OpenCL plugin (share 1024: its gemm.tk runs thin products
 // faster) NN 1.05x from 2048^3, the step 1.02x (docs/performance.md).
 bool ffma_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,

@@ -432,7 +432,7 @@ std::vector<Case> misc_cases() {
   c.push_back(
       {"copy_transposed_tiles", OpId::copy, [](Device& d) {
          // The GPU plugins copy a view that transposes the last two dimensions through
-         // 32 x 32 tiles (ops_base.cpp's transpose_copy): ragged tiles, a batch of two
+         // 64 x 64 tiles (ops_base.cpp's transpose_copy): ragged tiles, a batch of two
          // dimensions that do not merge (a narrowed view, with an offset), and a matrix.
          const Vec v = randn(3 * 5 * 45 * 70);
          const Tensor x = Tensor::from(v, {3, 5, 45, 70}, &d);
