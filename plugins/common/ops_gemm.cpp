@@ -323,8 +323,8 @@ bool ffma_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
        ((copy_a ? m : 0) + (copy_b ? n : 0)) * l.traits().ffma_copy_share > m * n))
     return false;
   // a stored [M, K] and b [N, K]: their transposed views copied into [K, M] and [K, N].
-  const auto along_k = [&](const Tensor& t, std::int64_t rows) {
-    const Tensor kept = Tensor::empty({k, rows}, DType::f32, &l.device());
+  const auto along_k = [&](const Tensor& t, std::int64_t cols) {
+    const Tensor kept = Tensor::empty({k, cols}, DType::f32, &l.device());
     if (!transpose_copy(l, t.t(), kept))
       throw BackendError("gemm_ffma: transpose_copy refused an operand's transposed view");
     return kept;

@@ -487,8 +487,8 @@ VulkanDevice::VulkanDevice(VkInstance instance, VkPhysicalDevice physical, int i
   // allows.
   traits.ffma_gemm = cu_kernels_ && CuKernels::has_ffma() && common::ffma_gemm_allowed();
   // The other layouts through it where copying the operands stored along K costs at most one
-  // element per 256 multiply-adds (every product of the GPT's f32 step: 0.65 s against 0.66 s
-  // with one per 1024 for 20 steps on the H200; docs/performance.md).
+  // element per 256 multiply-adds (all the GPT's products but its head's then take it: its f32
+  // step 0.654 s against 0.664 s with one per 1024, 20 steps on the H200; docs/performance.md).
   traits.ffma_copy_share = traits.ffma_gemm ? 256 : 0;
   launcher_ = std::make_unique<VulkanLauncher>(*this, traits);
   common::install_portable_ops(kernels_, *launcher_);
