@@ -91,6 +91,16 @@ std::function<void()> setup_embedding_backward(Device& dev, const std::vector<st
   return [g, indices, vocab] { (void)embedding_backward(g, indices, vocab); };
 }
 
+std::function<void()> setup_transpose(Device& dev, const std::vector<std::int64_t>& s, DType,
+                                      json& r) {
+  const std::int64_t rows = s[0], cols = s[1];
+  r["shape"] = fmt::format("[{}, {}] -> [{}, {}]", rows, cols, cols, rows);
+  r["call"] = "x.t().contiguous()";
+  r["bytes"] = 8.0 * double(rows) * double(cols);  // each element read and written once
+  const Tensor x = randn({rows, cols}, dev);
+  return [x] { (void)x.t().contiguous(); };
+}
+
 const std::vector<OpCase>& op_cases() {
   static const std::vector<OpCase> cases{
       {"bmm", {64, 256, 256, 256}, {2, 8, 8, 8}, setup_bmm},
@@ -98,6 +108,8 @@ const std::vector<OpCase>& op_cases() {
       {"attention", {8, 8, 512, 64}, {1, 2, 8, 4}, setup_attention},
       // V = 50257: GPT-2's vocabulary.
       {"embedding_backward", {32768, 50257, 512}, {16, 50, 8}, setup_embedding_backward},
+      // A GPT's activations [batch x tokens, width], the GEMM's copies of them (ops_gemm.cpp).
+      {"transpose", {16384, 1536}, {40, 36}, setup_transpose},
   };
   return cases;
 }
@@ -196,6 +208,7 @@ std::vector<json> bench_op_cases(Device& dev, const std::vector<std::string>& ca
           },
           fmt::format("{} on {}", c->name, dev.id()));
     if (r.contains("flop")) r["gflops"] = r["flop"].get<double>() / s / 1e9;
+    if (r.contains("bytes")) r["gb_per_s"] = r["bytes"].get<double>() / s / 1e9;
     if (peer.contains("error")) {
       r["peer_error"] = peer["error"];
     } else if (peer.contains("results") && peer["results"].contains(c->name)) {

@@ -14,6 +14,9 @@
 //   embedding_backward  the [V, 512] weight gradient of 32768 int64 indices drawn uniformly from
 //                       [0, V), V = 50257 (GPT-2's vocabulary) (embedding_backward; torch:
 //                       aten embedding_dense_backward)
+//   transpose           x.t().contiguous() of [16384, 1536] f32 (a GPT's activations: the copy
+//                       the GPU plugins' GEMM makes of an operand stored along K), with gb_per_s
+//                       counting each element read and written once (torch: the same call)
 //
 // Each reports seconds per call (the median of --repeat runs after one warm-up run, each run
 // ending with a device synchronisation; GPUs run 10 calls per run), the peer's, and ratio =

@@ -38,7 +38,7 @@
 //             outside the training loops (start, data, evaluation, checkpoints); ratio is
 //             the peer's wall seconds over Tessera's. A side that fails, or runs past
 //             --fit-timeout (then it is killed), is an error in its result, not a failed benchmark.
-//   bmm, layer_norm, attention, embedding_backward
+//   bmm, layer_norm, attention, embedding_backward, transpose
 //             single ops of real networks, forward and backward, beside PyTorch running the
 //             same call (bench/ops_peer.py): bench_ops.h says what each measures. --op-size tiny
 //             runs them at a few elements.
@@ -1046,7 +1046,7 @@ int main(int argc, char** argv) {
       "devices", po::value(&device_list)->default_value("all"), "comma list of devices, or all")(
       "cases", po::value(&cases)->default_value("sgemm,add,dispatch"),
       "comma list: sgemm, add, dispatch, train, fit, bmm, layer_norm, attention, "
-      "embedding_backward")(
+      "embedding_backward, transpose")(
       "dtype", po::value(&dtype_text)->default_value(dtype_text),
       "sgemm, add and attention cases: f32, f16 or bf16 (inputs and output; sums in f32); train "
       "case: f32, or mixed precision with autocast to f16 (loss scaling) or bf16, the peer "

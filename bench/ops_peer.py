@@ -13,6 +13,7 @@ Cases (--cases, comma list) and their sizes (--sizes, JSON: {"bmm": [B, M, K, N]
                       says so
   embedding_backward  torch.ops.aten.embedding_dense_backward of grad [N, D] for N int64 indices
                       drawn uniformly from [0, V) into a [V, D] table: [N, V, D]
+  transpose           x.t().contiguous() of x [R, C] fp32
 
 Usage: ops_peer.py --device cpu|cuda --cases bmm,attention --sizes '{"bmm": [64,256,256,256]}'
                    [--iters I] [--repeat R] [--threads T]
@@ -107,8 +108,14 @@ def embedding_backward(size, device):
     return run, "aten embedding_dense_backward (int64 indices)", {}
 
 
+def transpose(size, device):
+    rows, cols = size
+    x = torch.randn(rows, cols, device=device)
+    return (lambda: x.t().contiguous()), "x.t().contiguous() fp32", {}
+
+
 CASES = {"bmm": bmm, "layer_norm": layer_norm, "attention": attention,
-         "embedding_backward": embedding_backward}
+         "embedding_backward": embedding_backward, "transpose": transpose}
 
 
 def main():

@@ -23,14 +23,16 @@ std::string peer_python() {
 }
 
 // tessera-bench's op cases (apps/bench_ops.h).
-const std::set<std::string> kOpCases{"bmm", "layer_norm", "attention", "embedding_backward"};
+const std::set<std::string> kOpCases{"bmm", "layer_norm", "attention", "embedding_backward",
+                                     "transpose"};
 
 }  // namespace
 
 TEST(TesseraBench, OpCasesRunAtATinySizeBesidePyTorch) {
   const Result r = run("TESSERA_DISABLE_PLUGINS=opencl,vulkan",
                        std::string(BENCH_BIN) +
-                           " --devices cpu --cases bmm,layer_norm,attention,embedding_backward"
+                           " --devices cpu --cases "
+                           "bmm,layer_norm,attention,embedding_backward,transpose"
                            " --op-size tiny --repeat 1 --torch-python " +
                            peer_python());
   ASSERT_EQ(r.code, 0) << r.err;
@@ -51,6 +53,10 @@ TEST(TesseraBench, OpCasesRunAtATinySizeBesidePyTorch) {
     EXPECT_GT(res["peer_seconds"].get<double>(), 0);
     EXPECT_DOUBLE_EQ(res["ratio"].get<double>(),
                      res["peer_seconds"].get<double>() / res["seconds"].get<double>());
+    if (name == "transpose") {  // bytes moved a second, each element read and written once
+      EXPECT_DOUBLE_EQ(res["gb_per_s"].get<double>(),
+                       8.0 * 40 * 36 / res["seconds"].get<double>() / 1e9);
+    }
   }
   EXPECT_EQ(seen, kOpCases);
   EXPECT_EQ(run("", std::string(BENCH_BIN) + " --cases attention --op-size huge").code, 2);
