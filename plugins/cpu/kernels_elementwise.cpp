@@ -89,21 +89,21 @@ bool transposed_copy(const T* src, T* dst, const common::MergedDims& m, Context&
   outer.push_back(1);
   outer_strides.push_back(0);
   const std::int64_t bands = (rows + kBlock - 1) / kBlock, batch = outer.numel();
-  ctx.pool.parallel_for(batch * bands, row_grain(kBlock * cols),
-                        [&](std::int64_t t0, std::int64_t t1) {
-                          for (std::int64_t t = t0; t < t1; ++t) {
-                            const std::int64_t b = t / bands, r0 = (t % bands) * kBlock;
-                            const std::int64_t r1 = std::min(rows, r0 + kBlock);
-                            const T* s = src + row_offset(outer, outer_strides, b);
-                            T* o = dst + b * rows * cols;
-                            for (std::int64_t c0 = 0; c0 < cols; c0 += kBlock) {
-                              const std::int64_t c1 = std::min(cols, c0 + kBlock);
-                              for (std::int64_t i = r0; i < r1; ++i)
-                                for (std::int64_t j = c0; j < c1; ++j)
-                                  o[i * cols + j] = s[j * step + i];
-                            }
-                          }
-                        });
+  // Band t: rows r0 .. r0 + 32 of y's matrix b.
+  const auto copy_bands = [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t b = t / bands, r0 = (t % bands) * kBlock;
+      const std::int64_t r1 = std::min(rows, r0 + kBlock);
+      const T* s = src + row_offset(outer, outer_strides, b);
+      T* o = dst + b * rows * cols;
+      for (std::int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+        const std::int64_t c1 = std::min(cols, c0 + kBlock);
+        for (std::int64_t i = r0; i < r1; ++i)
+          for (std::int64_t j = c0; j < c1; ++j) o[i * cols + j] = s[j * step + i];
+      }
+    }
+  };
+  ctx.pool.parallel_for(batch * bands, row_grain(kBlock * cols), copy_bands);
   return true;
 }
 
