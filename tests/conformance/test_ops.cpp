@@ -19,13 +19,23 @@ namespace {
 // ----- references -----
 Ref ref_matmul(const Vec& a, const Vec& b, std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
                bool tb) {
-  Ref c(static_cast<std::size_t>(m * n), 0.0);
+  // Both operands first as rows along K in double (a as [m, k], b as [n, k]), so that every sum
+  // walks two contiguous rows (the wide cases' products under ASan: seconds, not tens of them).
+  const auto at = [](std::int64_t i) { return static_cast<std::size_t>(i); };
+  std::vector<double> ar(at(m * k)), br(at(n * k));
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t p = 0; p < k; ++p)
+      ar[at(i * k + p)] = ta ? a[at(p * m + i)] : a[at(i * k + p)];
+  for (std::int64_t j = 0; j < n; ++j)
+    for (std::int64_t p = 0; p < k; ++p)
+      br[at(j * k + p)] = tb ? b[at(j * k + p)] : b[at(p * n + j)];
+  Ref c(at(m * n), 0.0);
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
+      const double *x = ar.data() + i * k, *y = br.data() + j * k;
       double s = 0;
-      for (std::int64_t p = 0; p < k; ++p)
-        s += double(ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
-      c[i * n + j] = s;
+      for (std::int64_t p = 0; p < k; ++p) s += x[p] * y[p];
+      c[at(i * n + j)] = s;
     }
   return c;
 }
