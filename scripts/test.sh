@@ -29,8 +29,8 @@ ctest --test-dir build --output-on-failure --parallel "$jobs"
 
 if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== build (ASan + UBSan)"
-  # TESSERA_EMBED_PTX=OFF: the Vulkan plugin's PTX modules are data for NVIDIA's Hopper GPUs,
-  # which this tree's devices never run; the Release tree builds and checks them.
+  # TESSERA_EMBED_PTX=OFF: the GPU plugins' PTX modules are data for NVIDIA GPUs, which this
+  # tree's devices never run; the Release tree builds and checks them.
   scripts/setup.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DTESSERA_WERROR=ON -DTESSERA_SANITIZE=address,undefined \
     -DTESSERA_REQUIRE_GPU_PLUGINS=ON -DTESSERA_EMBED_PTX=OFF
   echo "== tests (ASan + UBSan)"

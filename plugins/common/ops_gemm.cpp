@@ -300,14 +300,15 @@ bool tf32_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
 // (nvidia/gemm_ffma.cl): gemm.tk's bindings, words (MODE 0) and the plan's split K (parts of a
 // multiple of 16), V0 1 | 8 (bias); 256 invocations; 16-byte copies: M, N, K, every matrix stride
 // and each binding's offset a multiple of 4 floats. On the H200 1.13-1.21x as fast as gemm.tk
-// through the Vulkan plugin, 1.01-1.05x through the OpenCL plugin (docs/bench/h200-ffma.txt).
+// through the Vulkan plugin (docs/bench/h200-ffma.txt), 1.13x at 4096^3 through the OpenCL plugin
+// (clang's PTX module of it: docs/bench/h200-opencl-ffma-ptx.txt).
 // The other layouts of an unbatched product take it too where their operands stored along K (a
 // [M, K], b [N, K]) are first copied transposed (transpose_copy) into scratch, and the product has
 // at least GpuTraits::ffma_copy_share multiply-adds for every element copied. On the H200 through
 // the Vulkan plugin (share 256) NN 2048^3 / 4096^3 / 8192^3 ran 44.9 / 48.4 / 49.6 TFLOP/s against
 // gemm.tk's 38.2 / 40.8 / 41.8 (the copy 1.4% of the time at 4096^3, 3.4 TB/s), and the GPT's f32
-// step 1.10x as fast; through the OpenCL plugin (share 1024: its gemm.tk runs thin products
-// faster) NN 1.05x from 2048^3, the step 1.02x (docs/performance.md).
+// step 1.10x as fast; through the OpenCL plugin (share 256 too) NN 46.4 / 48.4 / 48.7
+// (docs/performance.md).
 bool ffma_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor* bias,
                bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
                const BatchDims& g, const GemmPlan& plan) {

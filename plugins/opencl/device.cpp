@@ -180,10 +180,11 @@ OpenclDevice::OpenclDevice(cl_platform_id platform, cl_device_id device, int ind
       (void)programs_->kernel(kMmaGemm, "tk_main", mma_gemm_options(0, false));
       traits.coop_f16 = traits.coop_bf16 = traits.tf32_gemm = true;
       traits.ffma_gemm = common::ffma_gemm_allowed();
-      // The other layouts through it where the copies cost at most one element per 1024
-      // multiply-adds: this plugin's gemm.tk runs the GPT's thin products as fast as the copy and
-      // the kernel together (its f32 step 0.69 s against 0.71 s with one per 256 on the H200).
-      traits.ffma_copy_share = traits.ffma_gemm ? 1024 : 0;
+      // The other layouts through it where the copies cost at most one element per 256
+      // multiply-adds, as through the Vulkan plugin: with the kernel's PTX module the GPT's f32
+      // step ran 0.3-0.6% faster on the H200 than with one per 1024 (two pairs of runs), its thin
+      // NT products up to 3% (docs/bench/h200-opencl-ffma-ptx.txt).
+      traits.ffma_copy_share = traits.ffma_gemm ? 256 : 0;
       traits.coop_groups_per_unit = 2;
       // Above the Vulkan plugin's 20, so that `auto` takes this plugin on such a GPU: on the H100
       // it trains every built-in model sooner than vulkan:0 (10 epochs: CNN 7.4 against 10.7 s,

@@ -4,13 +4,16 @@
 // The matrix-unit GEMM launches ("gemm_coopmat", "gemm_coopmat_bf16", made only where the traits
 // say so) run this plugin's ../common/nvidia/gemm_mma.cl (../common/nvidia/gemm_wgmma.cl on
 // Hopper), "gemm_tf32" its ../common/nvidia/gemm_tf32.cl and "gemm_ffma" its
-// ../common/nvidia/gemm_ffma.cl; all take the same arguments.
+// ../common/nvidia/gemm_ffma.cl (clang's PTX module of it where the plugin has one); all take the
+// same arguments, but gemm_ffma no __local scratch.
 #include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "opencl.h"
+#include "tessera/embedded.h"
+#include "tessera/log.h"
 
 namespace tessera::opencl {
 
@@ -24,10 +27,14 @@ std::string tf32_gemm_options(std::int32_t v0, std::int32_t v1) {
   return fmt::format("-DV0={} -DV1={} -cl-nv-maxrregcount=128", v0, v1);
 }
 
+std::string ffma_ptx_module(std::int32_t v0) {
+  return fmt::format("gemm_ffma_{}.ptx", v0);
+}
+
 std::string ffma_gemm_options(std::int32_t v0) {
-  // NVIDIA's OpenCL gives a work-group 47 KiB of shared memory: K slices of 8, four in flight
-  // (32 KiB); at most 128 registers, so that two work-groups share an SM.
-  return fmt::format("-DV0={} -DBK=8 -DSTAGES=4 -cl-nv-maxrregcount=128", v0);
+  // K slices of 8, four in flight (32 KiB); at most 128 registers, so that two work-groups share
+  // an SM.
+  return fmt::format("-DV0={} -DBK=8 -DSTAGES=4 -DTK_NO_SHM_ARG -cl-nv-maxrregcount=128", v0);
 }
 
 OpenclLauncher::OpenclLauncher(Device& device, Context& ctx, common::GpuTraits traits, bool wgmma)
@@ -55,7 +62,7 @@ void OpenclLauncher::launch(const common::Launch& l) {
       : l.kernel() == "gemm_tf32"
           ? ctx_.programs.kernel(kTf32Gemm, "tk_main", tf32_gemm_options(v[0], v[1]))
       : l.kernel() == "gemm_ffma"
-          ? ctx_.programs.kernel(kFfmaGemm, "tk_main", ffma_gemm_options(v[0]))
+          ? ffma_kernel(v[0])
           : ctx_.programs.kernel(fmt::format("{}.tk", l.kernel()), "tk_main", options);
   const auto bindings = l.bindings();
   for (cl_uint b = 0; b < common::kMaxBindings; ++b) {
@@ -65,14 +72,35 @@ void OpenclLauncher::launch(const common::Launch& l) {
   }
   check(clSetKernelArg(k, common::kMaxBindings, sizeof params, &params), "clSetKernelArg",
         ctx_.queue.id());
-  const std::size_t shared = static_cast<std::size_t>(std::max(l.shared_floats(), 1)) * 4;
-  check(clSetKernelArg(k, common::kMaxBindings + 1, shared, nullptr), "clSetKernelArg",
-        ctx_.queue.id());
+  // Every kernel but gemm_ffma's forms (TK_NO_SHM_ARG) takes the __local scratch last.
+  if (l.kernel() != "gemm_ffma") {
+    const std::size_t shared = static_cast<std::size_t>(std::max(l.shared_floats(), 1)) * 4;
+    check(clSetKernelArg(k, common::kMaxBindings + 1, shared, nullptr), "clSetKernelArg",
+          ctx_.queue.id());
+  }
   const auto grid = l.grid();
   const auto group = static_cast<std::size_t>(l.group_size());
   const std::size_t global[2] = {grid[0] * group, grid[1]};
   const std::size_t local[2] = {group, 1};
   ctx_.queue.enqueue_kernel(l.label(), k, global, local);
+}
+
+cl_kernel OpenclLauncher::ffma_kernel(std::int32_t v0) {
+  if (ffma_ptx_) {
+    const std::string module = ffma_ptx_module(v0);
+    if (!embedded_file(module).empty()) {
+      try {
+        return ctx_.programs.ptx_kernel(module, "tk_main");
+      } catch (const BackendError& e) {
+        log().warn("{}: the f32 GEMM's PTX module was refused; building its source instead: {}",
+                   ctx_.queue.id(), e.what());
+      }
+    } else {
+      log().debug("{}: built without {}: the f32 GEMM builds its source", ctx_.queue.id(), module);
+    }
+    ffma_ptx_ = false;
+  }
+  return ctx_.programs.kernel(kFfmaGemm, "tk_main", ffma_gemm_options(v0));
 }
 
 }  // namespace tessera::opencl

@@ -159,11 +159,21 @@ class Programs {
   // BackendError with the compiler's log when the build fails.
   cl_kernel kernel(std::string_view file, std::string_view name, const std::string& options = {},
                    Retarget retarget = Retarget::none);
+  // The kernel |name| of the embedded PTX module |module| (clang's build of one of
+  // ../common/nvidia's kernels for NVIDIA's OpenCL kernel ABI: ../common/nvidia/ptx.cmake), built
+  // by the driver as the program's binary (not cached on disk: the driver's build of PTX is its
+  // assembler alone). Throws BackendError where the plugin has no such module or the driver refuses
+  // it (a device or driver that does not take that PTX).
+  cl_kernel ptx_kernel(std::string_view module, std::string_view name);
 
  private:
   cl_program build(std::string_view file, const std::string& options, Retarget retarget);
   cl_program retarget_sm_90a(cl_program compiled, std::string_view file,
                              const std::string& options);
+  // The kernel |name| of |program|, kept under |kernel_key|; called with mu_ held.
+  cl_kernel create_kernel(cl_program program, const std::string& kernel_key, std::string_view name);
+  // A program of |ptx| built as its binary with |options|; |what| names it in errors.
+  cl_program build_ptx(const std::string& ptx, const std::string& what, const std::string& options);
   cl_context context_;
   cl_device_id device_;
   std::string id_;
@@ -198,11 +208,16 @@ inline constexpr std::string_view kTf32Gemm = "gemm_tf32.cl";
 std::string tf32_gemm_options(std::int32_t v0, std::int32_t v1);
 
 // The plugin's f32 GEMM through cp.async for a stored [K, M] and b [K, N]
-// (../common/nvidia/gemm_ffma.cl), and its build options for the launch's V0 (1, or 9 with a
-// bias). Offered (GpuTraits::ffma_gemm)
-// where the 16-bit GEMM builds when the device opens (the same compute capability, 8.0, for
-// cp.async) and TESSERA_GEMM_FFMA allows; built when first launched.
+// (../common/nvidia/gemm_ffma.cl) for the launch's V0 (1, or 9 with a bias): clang's PTX module
+// gemm_ffma_V0.ptx (ffma_ptx_module; K slices of 16, three in flight, in all the 48 KiB NVIDIA's
+// OpenCL gives a work-group) where the plugin was built with it and the driver takes it, else
+// NVIDIA's compiler's build of the source with ffma_gemm_options (K slices of 8, four in flight,
+// about 8% slower than the module; with 16, three, that compiler spills and still runs 5-6%
+// slower: on the H200, docs/bench/h200-opencl-ffma-ptx.txt). Either form takes no __local argument.
+// Offered (GpuTraits::ffma_gemm) where the 16-bit GEMM builds when the device opens (the same
+// compute capability, 8.0, for cp.async) and TESSERA_GEMM_FFMA allows; built when first launched.
 inline constexpr std::string_view kFfmaGemm = "gemm_ffma.cl";
+std::string ffma_ptx_module(std::int32_t v0);
 std::string ffma_gemm_options(std::int32_t v0);
 
 // What every OpenCL kernel launch needs.
@@ -224,10 +239,13 @@ class OpenclLauncher final : public common::Launcher {
   void launch(const common::Launch& l) override;
 
  private:
+  // gemm_ffma's kernel for |v0| (kFfmaGemm says which form); called with ctx_.launch_mu held.
+  cl_kernel ffma_kernel(std::int32_t v0);
   Device& device_;
   Context& ctx_;
   common::GpuTraits traits_;
   bool wgmma_;
+  bool ffma_ptx_ = true;  // until a PTX module is missing or refused: then the source, always
 };
 
 class OpenclDevice final : public Device {

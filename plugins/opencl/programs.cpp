@@ -89,9 +89,14 @@ cl_kernel Programs::kernel(std::string_view file, std::string_view name, const s
   auto it = programs_.find(program_key);
   if (it == programs_.end())
     it = programs_.emplace(program_key, build(file, options, retarget)).first;
+  return create_kernel(it->second, kernel_key, name);
+}
+
+cl_kernel Programs::create_kernel(cl_program program, const std::string& kernel_key,
+                                  std::string_view name) {
   cl_int err = CL_SUCCESS;
   const std::string kernel_name(name);
-  cl_kernel k = clCreateKernel(it->second, kernel_name.c_str(), &err);
+  cl_kernel k = clCreateKernel(program, kernel_name.c_str(), &err);
   check(err, fmt::format("clCreateKernel({})", name), id_);
   kernels_.emplace(kernel_key, k);
   return k;
@@ -147,25 +152,52 @@ cl_program Programs::build(std::string_view file, const std::string& options, Re
   return p;
 }
 
+cl_kernel Programs::ptx_kernel(std::string_view module, std::string_view name) {
+  const std::string program_key = fmt::format("ptx:{}", module);
+  const std::string kernel_key = fmt::format("{}\n{}", program_key, name);
+  std::lock_guard lock(mu_);
+  if (auto it = kernels_.find(kernel_key); it != kernels_.end()) return it->second;
+  auto it = programs_.find(program_key);
+  if (it == programs_.end()) {
+    const auto ptx = embedded_file(module);
+    if (ptx.empty())
+      throw BackendError(
+          fmt::format("{}: the plugin was built without the PTX module {}", id_, module));
+    const std::string what = fmt::format("{} on {}", module, id_);
+    cl_program p = build_ptx(std::string(reinterpret_cast<const char*>(ptx.data()), ptx.size()),
+                             what, verbose_);
+    if (!verbose_.empty()) log().debug("{}: {} built: {}", id_, module, build_log(p, device_));
+    it = programs_.emplace(program_key, p).first;
+  }
+  return create_kernel(it->second, kernel_key, name);
+}
+
 cl_program Programs::retarget_sm_90a(cl_program compiled, std::string_view file,
                                      const std::string& options) {
   std::string ptx = program_binary(compiled);
   clReleaseProgram(compiled);
-  ptx = ptx_for_sm_90a(std::move(ptx), fmt::format("kernels/{} on {}", file, id_));
+  const std::string what = fmt::format("kernels/{} for sm_90a on {}", file, id_);
+  return build_ptx(ptx_for_sm_90a(std::move(ptx), what), what, options);
+}
+
+cl_program Programs::build_ptx(const std::string& ptx, const std::string& what,
+                               const std::string& options) {
+  // The binary is the PTX text with its terminating zero.
   const auto* text = reinterpret_cast<const unsigned char*>(ptx.c_str());
   const std::size_t size = ptx.size() + 1;
   cl_int status = CL_SUCCESS, err = CL_SUCCESS;
   cl_program p = clCreateProgramWithBinary(context_, 1, &device_, &size, &text, &status, &err);
   if (err != CL_SUCCESS || status != CL_SUCCESS) {
     if (p) clReleaseProgram(p);
-    check(err != CL_SUCCESS ? err : status, "clCreateProgramWithBinary", id_);
+    check(err != CL_SUCCESS ? err : status, fmt::format("clCreateProgramWithBinary({})", what),
+          id_);
   }
   err = clBuildProgram(p, 1, &device_, options.c_str(), nullptr, nullptr);
   if (err != CL_SUCCESS) {
     const std::string compiler_log = build_log(p, device_);
     clReleaseProgram(p);
-    throw BackendError(fmt::format("building kernels/{} for sm_90a on {} failed: {}\n{}", file, id_,
-                                   error_name(err), compiler_log));
+    throw BackendError(
+        fmt::format("building {} failed: {}\n{}", what, error_name(err), compiler_log));
   }
   return p;
 }

@@ -226,16 +226,16 @@ class Pipelines {
 // (Hopper), the f16 and bf16 GEMMs of ops_gemm.cpp's coop_gemm ("gemm_coopmat",
 // "gemm_coopmat_bf16") run the Hopper kernel the OpenCL plugin runs
 // (../common/nvidia/gemm_wgmma.cl: warpgroup products, which no Vulkan shader can express),
-// compiled by clang at build time for the CUDA kernel ABI (ptx/module.cmake) and embedded as
-// gemm_wgmma_BF16_V0.ptx, one module per operand type (BF16 1 or 0) and launch flags (V0); and
-// the variants of portable kernels built as PTX too (NAME.tk_V0_V1_V2_V3.ptx: the f32 GEMM's
-// main ones, which NVIDIA's Vulkan compiler builds slower from SPIR-V) run those modules instead
-// of their pipelines; and the f32 GEMM of a weight's gradient through cp.async ("gemm_ffma":
-// ../common/nvidia/gemm_ffma.cl, gemm_ffma_V0.ptx), which has no SPIR-V form. The driver compiles
-// a module when it is first used. A kernel takes the OpenCL kernel's parameters: eight 64-bit
-// device addresses (the bindings, MemoryBlock::address + the allocation's offset; the element
-// offsets stay in the words), the words as a struct of 32 ints, and a __local pointer it does not
-// read (0). Thread-safe.
+// compiled by clang at build time for the CUDA kernel ABI (../common/nvidia/ptx.cmake) and
+// embedded as gemm_wgmma_BF16_V0.ptx, one module per operand type (BF16 1 or 0) and launch flags
+// (V0); and the variants of portable kernels built as PTX too (NAME.tk_V0_V1_V2_V3.ptx: the f32
+// GEMM's main ones, which NVIDIA's Vulkan compiler builds slower from SPIR-V) run those modules
+// instead of their pipelines; and the f32 GEMM of a weight's gradient through cp.async
+// ("gemm_ffma": ../common/nvidia/gemm_ffma.cl, gemm_ffma_V0.ptx), which has no SPIR-V form. The
+// driver compiles a module when it is first used. A kernel takes the OpenCL kernel's parameters:
+// eight 64-bit device addresses (the bindings, MemoryBlock::address + the allocation's offset; the
+// element offsets stay in the words), the words as a struct of 32 ints, and a __local pointer it
+// does not read (0). Thread-safe.
 class CuKernels {
  public:
   // Throws BackendError where the device lacks the extension's entry points.

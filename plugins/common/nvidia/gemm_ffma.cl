@@ -20,9 +20,10 @@
 // bindings, words and what the host guarantees (M, N, K, every matrix stride and each binding's
 // offset multiples of 4 floats) are gemm_tf32.cl's.
 //
-// Tuning macros: BK (the K slices' length, 8, 16 or 32), STAGES (2 to 4), SMEM_LIMIT (the static
-// shared memory a work-group may declare: 47 KiB through NVIDIA's OpenCL, more where the Vulkan
-// plugin loads it as a CUDA module).
+// Tuning macros: BK (the K slices' length, 8, 16 or 32), STAGES (2 to 5), SMEM_LIMIT (the static
+// shared memory a work-group may declare: 47 KiB by default; 48 KiB, all NVIDIA's OpenCL gives a
+// work-group, with TK_NO_SHM_ARG; more where the Vulkan plugin loads it as a CUDA module).
+// TK_NO_SHM_ARG: tk_main takes no __local argument (the OpenCL plugin's builds, which set none).
 #ifndef V0
 #define V0 1
 #endif
@@ -46,8 +47,8 @@
 #if BK != 8 && BK != 16 && BK != 32
 #error "BK must be 8, 16 or 32"
 #endif
-#if STAGES < 2 || STAGES > 4
-#error "STAGES must be 2, 3 or 4"
+#if STAGES < 2 || STAGES > 5
+#error "STAGES must be 2 to 5"
 #endif
 // A stage: A's slice, then B's, each as the products read it: [BK][128], element (k, x) at
 // k * 128 + x.
@@ -62,8 +63,10 @@
 #define CP_WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 0;" ::: "memory")
 #elif STAGES == 3
 #define CP_WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 1;" ::: "memory")
-#else
+#elif STAGES == 4
 #define CP_WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 2;" ::: "memory")
+#else
+#define CP_WAIT_OLDEST() __asm__ __volatile__("cp.async.wait_group 3;" ::: "memory")
 #endif
 
 // The BK rows from |k0| (zeros from |ke|) of an operand stored [K, xs] (|xs| M or N), columns
@@ -81,8 +84,11 @@ inline __attribute__((always_inline)) void copy_slice(__local float* tile,
 
 __kernel void tk_main(__global const float* t0, __global const float* t1, __global float* t2,
                       __global const float* t3, __global float* t4, __global float* t5,
-                      __global float* t6, __global float* t7, const TkParams tk_p,
-                      __local float* tk_shm) {
+                      __global float* t6, __global float* t7, const TkParams tk_p
+#ifndef TK_NO_SHM_ARG
+                      , __local float* tk_shm
+#endif
+                      ) {
   __local float4 sm4[STAGES * STAGE / 4];
   __local float* sm = (__local float*)sm4;
   GEMM_OPENING(BM, BN);

@@ -5,8 +5,8 @@
 // shares with gemm_mma.cl: bindings, words, V0 flags, 128 x BN tiles of 256 invocations, split K,
 // the operand type, the stores). The Vulkan plugin runs this file too, on the same GPUs: compiled
 // by clang at build time for the CUDA kernel ABI and loaded through VK_NVX_binary_import
-// (../../vulkan/ptx/module.cmake, CuKernels), so a change here reaches both plugins, and the OpenCL
-// built-ins it calls must be among those ../../vulkan/ptx/workitems.cl defines.
+// (ptx_module.cmake, CuKernels), so a change here reaches both plugins, and the OpenCL built-ins it
+// calls must be among those workitems.cl defines.
 //
 // wgmma is PTX for the sm_90a target, and NVIDIA's OpenCL compiler emits sm_90 PTX, whose
 // assembler refuses it. So the plugin builds this file with TK_WGMMA_COMMENTED defined, which

@@ -1,5 +1,6 @@
-// The OpenCL C built-ins a portable kernel's PTX module needs beyond workitems.cl's (built after
-// it when clang compiles a portable kernel for this plugin: module.cmake's KIND portable). The
+// The OpenCL C built-ins a portable kernel's PTX module needs beyond those of
+// ../../common/nvidia/workitems.cl (built after it when clang compiles a portable kernel for this
+// plugin: ../../common/nvidia/ptx_module.cmake's KIND portable). The
 // kernel's program includes common.tk, whose functions clang emits whether or not the kernel
 // calls them, so every built-in they call is defined here, exactly where PTX has the instruction:
 // get_local_size reads ntid (workitems.cl's TK_SREG); fabs is abs.f32; exp is ex2.approx of

@@ -1,7 +1,8 @@
-// The OpenCL C built-in functions the OpenCL plugin's Hopper GEMM calls, for the CUDA kernel ABI:
-// built before its kernels when clang compiles them for this plugin (module.cmake). With the
-// target nvptx64-nvidia-cuda, clang leaves them as calls to functions nobody defines (NVIDIA's
-// OpenCL compiler provides its own; module.cmake refuses a module that still calls one). The
+// The OpenCL C built-in functions this directory's kernels call, for clang's PTX modules of them
+// (ptx_module.cmake, either kernel ABI): built before a kernel when clang compiles it for a plugin.
+// With the targets nvptx64-nvidia-cuda and -nvcl, clang leaves them as calls to functions nobody
+// defines (NVIDIA's OpenCL compiler provides its own; ptx_module.cmake refuses a module that still
+// calls one). The
 // work-item functions read PTX's special registers (dimensions past 2 give 0 for ids and 1 for
 // counts, as OpenCL C defines); barrier() is bar.sync 0, which also orders the work-group's shared
 // and global memory accesses, as OpenCL's barrier does; min() of two ints.
