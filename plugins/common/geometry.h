@@ -70,6 +70,14 @@ inline Strided strided(const Shape& shape, const Tensor* inputs, int count) {
   return g;
 }
 
+// True when merged dimensions (merge_dims, strided) of |rank| with an input's strides |stride|
+// walk the second-to-last contiguously and the last with a stride: a transposed matrix, or a
+// batch of them (the views a transposing copy takes).
+template <class S>
+bool walks_transposed(int rank, const S& stride) {
+  return rank >= 2 && stride[rank - 2] == 1 && stride[rank - 1] != 1;
+}
+
 // True when every input of |g| is read contiguously (rank <= 1 with unit strides).
 inline bool is_flat(const Strided& g, int count) {
   if (g.rank == 0) return true;

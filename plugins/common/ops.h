@@ -93,6 +93,13 @@ void sum_lines(Launcher& l, const Tensor& x, const Tensor& y, std::int64_t outer
 // through shared memory, loads and stores consecutive across a subgroup). Returns false, and
 // launches nothing, for any other view.
 bool transpose_copy(Launcher& l, const Tensor& x, const Tensor& y);
+// The same for x's merged dimensions |g| (geometry.h: strided(x.shape(), &x, 1)), which the
+// caller has.
+struct Strided;
+bool transpose_tiles(Launcher& l, const Tensor& x, const Tensor& y, const Strided& g);
+// Whether transpose_copy takes such a view of |rows| x |cols| (its last two merged dimensions)
+// on |l|'s device.
+bool transpose_fits(const Launcher& l, std::int64_t rows, std::int64_t cols);
 
 // --- tensor API: casts, factories, indexing ---
 void add_tensor_ops(PortableOps& ops);

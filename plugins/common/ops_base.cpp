@@ -67,8 +67,8 @@ Launch& copy_words(Launch& launch, const Tensor& x, const Tensor& y, const Strid
 void copy(const OpCall& call, Launcher& l) {
   const Tensor &x = call.in(0), &y = call.out(0);
   if (dtype_size(x.dtype()) == 2) return copy_views(l, x, y);  // f16, bf16
-  if (transpose_copy(l, x, y)) return;
-  const Strided g = strided(x.shape(), call.inputs.data(), 1);
+  const Strided g = strided(x.shape(), &x, 1);
+  if (transpose_tiles(l, x, y, g)) return;
   const bool four =
       x.dtype() == DType::f32 && g.rank > 0 && g.shape[g.rank - 1] % 4 == 0 && y.offset() % 4 == 0;
   bool vec = four && g.stride[0][g.rank - 1] == 1 && x.offset() % 4 == 0;
@@ -117,13 +117,19 @@ std::int32_t reduce_group(const Launcher& l) {
 
 }  // namespace
 
-bool transpose_copy(Launcher& l, const Tensor& x, const Tensor& y) {
-  if (x.dtype() != DType::f32 || l.traits().max_group_size < 256) return false;
-  const Strided g = strided(x.shape(), &x, 1);
-  if (g.rank < 2 || g.stride[0][g.rank - 2] != 1 || g.stride[0][g.rank - 1] == 1) return false;
-  const std::int64_t rows = g.shape[g.rank - 2], cols = g.shape[g.rank - 1];
+bool transpose_fits(const Launcher& l, std::int64_t rows, std::int64_t cols) {
   // Below half a tile either way most of a tile's invocations would idle: copy.tk.
-  if (rows < 32 || cols < 32) return false;
+  return l.traits().max_group_size >= 256 && rows >= 32 && cols >= 32;
+}
+
+bool transpose_copy(Launcher& l, const Tensor& x, const Tensor& y) {
+  return transpose_tiles(l, x, y, strided(x.shape(), &x, 1));
+}
+
+bool transpose_tiles(Launcher& l, const Tensor& x, const Tensor& y, const Strided& g) {
+  if (x.dtype() != DType::f32 || !walks_transposed(g.rank, g.stride[0])) return false;
+  const std::int64_t rows = g.shape[g.rank - 2], cols = g.shape[g.rank - 1];
+  if (!transpose_fits(l, rows, cols)) return false;
   const std::int64_t down = (rows + 63) / 64, across = (cols + 63) / 64;
   Launch launch(l, "transpose");
   copy_words(launch, x, y, g)

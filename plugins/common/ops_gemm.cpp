@@ -319,8 +319,10 @@ bool ffma_gemm(Launcher& l, const Tensor& a, const Tensor& b, const Tensor& c, c
     return false;
   if (!fits_four(m, n, k, a, b, c.offset(), bias, g)) return false;
   const bool copy_a = !trans_a, copy_b = trans_b;
+  // The copies' views are [K, M] and [K, N] (rows along K).
   if ((copy_a || copy_b) &&
-      (l.traits().ffma_copy_share <= 0 || g.rank != 0 || m < 32 || n < 32 || k < 32 ||
+      (l.traits().ffma_copy_share <= 0 || g.rank != 0 || (copy_a && !transpose_fits(l, k, m)) ||
+       (copy_b && !transpose_fits(l, k, n)) ||
        ((copy_a ? m : 0) + (copy_b ? n : 0)) * l.traits().ffma_copy_share > m * n))
     return false;
   // a stored [M, K] and b [N, K]: their transposed views copied into [K, M] and [K, N].

@@ -76,7 +76,7 @@ float scalar(const OpCall& call) {
 template <typename T>
 bool transposed_copy(const T* src, T* dst, const common::MergedDims& m, Context& ctx) {
   const int r = m.shape.rank();
-  if (r < 2 || m.stride[0][r - 2] != 1 || m.stride[0][r - 1] == 1) return false;
+  if (!common::walks_transposed(r, m.stride[0])) return false;
   constexpr std::int64_t kBlock = 32;
   const std::int64_t rows = m.shape[r - 2], cols = m.shape[r - 1], step = m.stride[0][r - 1];
   // The batch: dimensions 0 .. r - 3, as rows of a view whose last dimension is 1.
