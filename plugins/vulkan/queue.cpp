@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "tessera/log.h"
 #include "vulkan.h"
@@ -27,6 +29,9 @@ Access range(const Allocation& a, VkDeviceSize offset, VkDeviceSize bytes, bool 
   return {a.block->buffer, a.offset + offset, a.offset + offset + bytes, write};
 }
 
+// How long a host wait polls before it blocks (VulkanQueue::spin_).
+constexpr auto kSpin = std::chrono::milliseconds(100);
+
 const Allocation& alloc_of(const Buffer& b) {
   return static_cast<const VulkanBuffer&>(b).allocation();
 }
@@ -37,8 +42,8 @@ VulkanQueue::VulkanQueue(VulkanDevice& device)
     : dev_(device),
       // The extension does not say which pipeline stage a PTX kernel's launch belongs to: where
       // they run, every barrier orders all commands.
-      work_(device.cu_kernels() ? VkPipelineStageFlags{VK_PIPELINE_STAGE_ALL_COMMANDS_BIT}
-                                : kWork) {
+      work_(device.cu_kernels() ? VkPipelineStageFlags{VK_PIPELINE_STAGE_ALL_COMMANDS_BIT} : kWork),
+      spin_(device.info().type != DeviceType::cpu) {
   VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pi.queueFamilyIndex = device.queue_family();
@@ -189,10 +194,18 @@ void VulkanQueue::submit() {
   in_flight_.push_back(std::move(open_));
 }
 
+template <class Poll>
+void VulkanQueue::await(Poll done) const {
+  if (!spin_) return;
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+}
+
 void VulkanQueue::reclaim(bool wait) {
   while (!in_flight_.empty()) {
     Batch& b = *in_flight_.front();
     if (wait) {
+      await([&] { return vkGetFenceStatus(dev_.handle(), b.fence) != VK_NOT_READY; });
       check(vkWaitForFences(dev_.handle(), 1, &b.fence, VK_TRUE, UINT64_MAX), "vkWaitForFences",
             dev_.name());
     } else if (vkGetFenceStatus(dev_.handle(), b.fence) != VK_SUCCESS) {
@@ -309,6 +322,11 @@ void VulkanQueue::submit_and_wait_unlocked(std::unique_lock<std::mutex>& lock) {
   submit();
   const std::uint64_t target = submitted_;
   lock.unlock();
+  await([&] {
+    std::uint64_t value = 0;
+    return vkGetSemaphoreCounterValue(dev_.handle(), timeline_, &value) != VK_SUCCESS ||
+           value >= target;
+  });
   VkSemaphoreWaitInfo wi{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
   wi.semaphoreCount = 1;
   wi.pSemaphores = &timeline_;

@@ -170,6 +170,12 @@ class VulkanQueue final : public Queue {
   void submit();                                  // ends and submits the open batch
   void wait_all();
   void reclaim(bool wait);
+  // Before a host wait blocks in the driver: polls |done| (yielding the core between polls) for
+  // up to 100 ms where spin_, so that the wait returns as soon as the work does instead of when
+  // the driver wakes the thread (on the H200 that took 50-230 us a wait: 1024^3 products 1.2x
+  // as fast from idle, the MLP's training step 1.06x; docs/performance.md, "Host waits").
+  template <class Poll>
+  void await(Poll done) const;
   // Submits the open batch and waits for it with |lock| released, so that other threads keep
   // recording meanwhile (a gradient bucket read back on DDP's communication thread while backward
   // goes on). Needs timeline_; |lock| holds mu_ again on return.
@@ -187,6 +193,9 @@ class VulkanQueue final : public Queue {
   std::vector<std::unique_ptr<Batch>> spare_;
   std::vector<Access> pending_;  // accesses since the last barrier
   bool profiling_ = false;
+  // Host waits poll first (await): on GPUs, not on CPU drivers (lavapipe), whose work runs on
+  // the cores a polling thread would take.
+  bool spin_;
   KernelTimes times_;
 };
 
