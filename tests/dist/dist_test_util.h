@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <span>
 
@@ -14,10 +16,15 @@ inline MpiProcessGroup& group() {
   return MpiProcessGroup::world();
 }
 
+// TESSERA_TEST_SEED repeats a job's inputs (as for the conformance suite); rank 0 prints the seed
+// when it is first drawn.
 inline std::uint64_t job_seed() {
   static const std::uint64_t seed = [] {
-    std::uint64_t s = std::random_device{}();
+    const char* given = std::getenv("TESSERA_TEST_SEED");
+    std::uint64_t s = given ? std::strtoull(given, nullptr, 10) : std::random_device{}();
     group().broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&s, 1)), 0);
+    if (group().rank() == 0)
+      std::printf("dist test inputs: TESSERA_TEST_SEED=%llu\n", static_cast<unsigned long long>(s));
     return s;
   }();
   return seed;

@@ -16,12 +16,11 @@ using namespace tessera::train;
 using tessera::dist::MpiProcessGroup;
 
 using tessera::dist::testing::group;
+using tessera::dist::testing::job_seed;
 
-// 96 random 8x8 images of 4 classes, the same on every rank (rank 0's seed).
+// 96 random 8x8 images of 4 classes, the same on every rank (the job's seed).
 Dataset synthetic() {
-  std::uint64_t seed = std::random_device{}();
-  group().broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&seed, 1)), 0);
-  std::mt19937_64 gen(seed);
+  std::mt19937_64 gen(job_seed());
   Dataset d;
   d.name = "synthetic";
   d.size = 96;
